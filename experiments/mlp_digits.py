@@ -1,0 +1,124 @@
+# An MLP on scikit-learn's bundled digits data set (8x8 images, 10 classes, no download),
+# swept over learning rate, hidden size and dropout with ASHA: the README's demo.
+#
+#   python -m tunetrain sweep experiments/mlp_digits.py
+#   python -m tunetrain sweep experiments/mlp_digits.py --num-samples 16 --set batch_size=32
+#
+# Each epoch reports train_loss, val_loss and val_acc and saves a checkpoint; a trial
+# resumes from its latest checkpoint when Ray Train restarts it.
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import ray.train
+import ray.train.torch
+import torch
+from ray import tune
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tunetrain import CheckpointPolicy, Experiment, StopRule
+
+EPOCHS = 12
+
+
+def make_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
+    """Digits, standardised, split 80/20 (the split is fixed, whatever the trial seed)."""
+    x, y = load_digits(return_X_y=True)
+    x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    return (
+        TensorDataset(to_tensor(x_train), torch.tensor(y_train)),
+        TensorDataset(to_tensor(x_val), torch.tensor(y_val)),
+    )
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    torch.set_num_threads(1)  # one CPU per worker: two trials share 2 cores side by side
+    train_set, val_set = make_datasets(seed=0)
+    train_loader = ray.train.torch.prepare_data_loader(
+        DataLoader(train_set, batch_size=config["batch_size"], shuffle=True)
+    )
+    val_loader = ray.train.torch.prepare_data_loader(DataLoader(val_set, batch_size=256))
+    model = nn.Sequential(
+        nn.Linear(64, config["hidden"]),
+        nn.ReLU(),
+        nn.Dropout(config["dropout"]),
+        nn.Linear(config["hidden"], 10),
+    )
+    model = ray.train.torch.prepare_model(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    loss_fn = nn.CrossEntropyLoss()
+
+    start_epoch = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:  # restarted by Ray Train: go on from the latest checkpoint
+        with checkpoint.as_directory() as folder:
+            state = torch.load(os.path.join(folder, "state.pt"))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+
+    for epoch in range(start_epoch, config["epochs"]):
+        model.train()
+        train_loss = 0.0
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            train_loss += loss.item() * len(y)
+        model.eval()
+        val_loss, correct = 0.0, 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                logits = model(x)
+                val_loss += loss_fn(logits, y).item() * len(y)
+                correct += (logits.argmax(dim=1) == y).sum().item()
+        metrics = {
+            "epoch": epoch,
+            "train_loss": train_loss / len(train_set),
+            "val_loss": val_loss / len(val_set),
+            "val_acc": correct / len(val_set),
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            if ray.train.get_context().get_world_rank() == 0:
+                torch.save(
+                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                    os.path.join(folder, "state.pt"),
+                )
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+            else:
+                ray.train.report(metrics)
+
+
+experiment = Experiment(
+    name="mlp_digits",  # the MLflow experiment holding every sweep of this file
+    train_loop=train_loop,  # runs on every Ray Train worker
+    space={
+        "lr": tune.loguniform(1e-4, 3e-1),  # Adam learning rate
+        "hidden": tune.choice([16, 64, 256]),  # width of the hidden layer
+        "dropout": tune.uniform(0.0, 0.5),  # dropout after the hidden layer
+    },
+    defaults={
+        "batch_size": 64,  # per-worker batch size
+        "epochs": EPOCHS,  # epochs per trial (one report each)
+    },
+    metric="val_acc",  # validation accuracy decides the best trial
+    mode="max",  # higher is better
+    scheduler="asha",  # stops poor trials at rungs 1, 2, 4, 8 epochs
+    scheduler_options={"grace_period": 1, "reduction_factor": 2},  # ASHA's first rung and halving rate
+    searcher="optuna",  # Optuna's TPE, seeded from the root seed
+    num_samples=8,  # trials in the sweep
+    workers_per_trial=1,  # DDP processes per trial
+    resources_per_worker={"CPU": 1},  # so two trials run side by side on 2 CPUs
+    stop=StopRule(max_iterations=EPOCHS),  # a trial ends after its last epoch
+    seed=0,  # root seed: trial seeds and the searcher derive from it
+    checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_acc
+)

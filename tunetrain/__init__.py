@@ -1,0 +1,20 @@
+"""tunetrain: hyperparameter-tuning-first experimentation for PyTorch.
+
+Declare an :class:`Experiment` in one file, then ``python -m tunetrain sweep FILE``.
+"""
+
+from tunetrain.context import TrialContext, get_context
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointPolicy",
+    "Experiment",
+    "ExperimentError",
+    "StopRule",
+    "TrialContext",
+    "get_context",
+    "load_experiment",
+]

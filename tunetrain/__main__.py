@@ -1,0 +1,5 @@
+import sys
+
+from tunetrain.cli import main
+
+sys.exit(main())

@@ -1,0 +1,117 @@
+"""Search-space helpers: walk nested dicts, flatten keys with dots, apply `--set` overrides.
+
+Ray Tune's own distribution objects are the vocabulary of a space; this module only
+inspects them (it starts nothing).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ray.tune.search.sample import Domain
+
+from tunetrain.errors import ExperimentError
+
+
+def is_grid(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) == {"grid_search"}
+
+
+def is_distribution(value: Any) -> bool:
+    """A Ray Tune distribution (tune.uniform, tune.choice, ...) or tune.grid_search."""
+    return isinstance(value, Domain) or is_grid(value)
+
+
+def iter_leaves(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield (dotted key, value) for every leaf; nested dicts are walked, grid searches are leaves."""
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not is_grid(value):
+            yield from iter_leaves(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def flatten(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    return dict(iter_leaves(mapping))
+
+
+def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two nested dicts; values in ``top`` win."""
+    out: dict[str, Any] = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and not is_grid(value):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _set_dotted(mapping: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = mapping
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: a Python literal where it parses as one, else the plain string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ExperimentError(
+            f"--set takes key=value, but got {text!r}.",
+            fix="Write e.g. --set train.max_steps=200 (nested keys joined with dots).",
+        )
+    return key.strip(), parse_value(value.strip())
+
+
+def apply_overrides(
+    space: Mapping[str, Any], defaults: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pin space dimensions or change defaults by dotted key; unknown keys fail listing the valid ones."""
+    new_space = copy.deepcopy(dict(space))
+    new_defaults = copy.deepcopy(dict(defaults))
+    space_keys = flatten(new_space)
+    default_keys = flatten(new_defaults)
+    for key, value in overrides.items():
+        if key in space_keys:
+            _set_dotted(new_space, key, value)
+        elif key in default_keys:
+            _set_dotted(new_defaults, key, value)
+        else:
+            valid = sorted(set(space_keys) | set(default_keys))
+            raise ExperimentError(
+                f"Unknown --set key {key!r}; valid keys are: {', '.join(valid)}.",
+                fix="Use one of those keys (nested keys are joined with dots, e.g. train.max_steps).",
+            )
+    return new_space, new_defaults
+
+
+def describe(value: Any) -> str:
+    """A short human text for a space value, e.g. ``loguniform(0.0001, 0.1)``."""
+    if is_grid(value):
+        return f"grid_search({value['grid_search']!r})"
+    if isinstance(value, Domain):
+        if hasattr(value, "categories"):
+            return f"choice({list(value.categories)!r})"
+        sampler = value.get_sampler()
+        kind = type(sampler).__name__.strip("_").lower() if sampler is not None else ""
+        return f"{type(value).__name__.lower()} {kind} {value.domain_str}"
+    return repr(value)
+
+
+def free_dimensions(space: Mapping[str, Any]) -> list[str]:
+    """Dotted keys of the space that the searcher still chooses."""
+    return [key for key, value in iter_leaves(space) if is_distribution(value)]

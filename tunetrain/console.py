@@ -1,0 +1,118 @@
+"""What the user sees: one compact live line while a sweep runs, and the summary at the end."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import TextIO
+
+from tunetrain._space import flatten
+from tunetrain.records import SweepOutcome, TrialRecord, rank_trials
+
+_ORDER = ("running", "completed", "stopped_early", "diverged", "failed", "interrupted")
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class LiveView:
+    """One status line: trial states, best so far. Rewritten in place on a terminal,
+    printed only when it changes otherwise (so logs stay short)."""
+
+    def __init__(self, *, metric: str, mode: str, total: int, stream: TextIO, min_interval_s: float = 1.0) -> None:
+        self.metric = metric
+        self.mode = mode
+        self.total = total
+        self.stream = stream
+        self.min_interval_s = min_interval_s
+        self._start = time.monotonic()
+        self._last_line = ""
+        self._last_time = 0.0
+        self._tty = stream.isatty()
+
+    def line(self, trials: list[TrialRecord]) -> str:
+        counts = Counter(t.status for t in trials)
+        pending = max(self.total - len(trials), 0)
+        parts = [f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s]]
+        if pending:
+            parts.insert(0, f"{pending} pending")
+        ranked = rank_trials(trials, self.mode)
+        best = f" | best {self.metric}={_fmt(ranked[0].best_value)} ({ranked[0].name})" if ranked else ""
+        elapsed = int(time.monotonic() - self._start)
+        return f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {len(trials)}/{self.total} trials: " + ", ".join(parts) + best
+
+    def update(self, trials: list[TrialRecord], *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_time < self.min_interval_s:
+            return
+        line = self.line(trials)
+        # The elapsed-time prefix changes every second; compare what follows it.
+        if line.split("]", 1)[1] == self._last_line.split("]", 1)[-1] and not force:
+            if self._tty:
+                self.stream.write("\r" + line)
+                self.stream.flush()
+            return
+        self._last_time = now
+        if self._tty:
+            self.stream.write("\r\x1b[2K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self._last_line = line
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._tty and self._last_line:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
+    """The end-of-sweep text: top trials, best config and metric, where to look in MLflow."""
+    lines: list[str] = []
+    counts = Counter(t.status for t in outcome.trials)
+    state = "interrupted" if outcome.interrupted else "finished"
+    lines.append(
+        f"Sweep {outcome.sweep_name} {state}: {len(outcome.trials)} trials ("
+        + ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s])
+        + ")"
+    )
+    ranked = rank_trials(outcome.trials, outcome.mode)
+    if ranked:
+        shown = ranked[:top_k]
+        keys = sorted({k for t in shown for k in flatten(t.config)})
+        header = ["trial", "status", "iters", f"best {outcome.metric}", *keys]
+        rows = [
+            [t.name, t.status, str(t.iterations), _fmt(t.best_value), *(_fmt(flatten(t.config).get(k, "")) for k in keys)]
+            for t in shown
+        ]
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+        lines.append("")
+        lines.append(f"Top {len(shown)} trials by {outcome.metric} ({outcome.mode}):")
+        for row in [header, *rows]:
+            lines.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))
+        best = ranked[0]
+        lines.append("")
+        lines.append(f"Best trial: {best.name}  {outcome.metric}={_fmt(best.best_value)}")
+        lines.append(f"Best config: {json.dumps(best.config, default=str, sort_keys=True)}")
+        if best.name in outcome.run_ids:
+            lines.append(f"Best run id: {outcome.run_ids[best.name]}")
+    else:
+        lines.append(f"No trial reported a finite {outcome.metric}.")
+    errors = Counter((t.error or "").strip().splitlines()[-1] for t in outcome.trials if t.status == "failed" and t.error)
+    if errors:
+        lines.append("")
+        lines.append("Errors:")
+        for message, n in errors.most_common():
+            lines.append(f"  {n} trial(s): {message[:300]}")
+    lines.append("")
+    lines.append(f"MLflow: tracking URI {outcome.tracking_uri}")
+    if outcome.experiment_id is not None:
+        lines.append(f"  experiment id {outcome.experiment_id}, sweep (parent) run id {outcome.parent_run_id}")
+    lines.append(f"  open the UI: {ui_command}")
+    if outcome.log_path:
+        lines.append(f"Ray logs: {outcome.log_path}")
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""The experiment a user declares in one Python file, and `load_experiment` that imports it.
+
+An experiment file defines exactly one :class:`Experiment` at module level::
+
+    experiment = Experiment(name="mlp_digits", train_loop=train_loop, space={...}, ...)
+
+Nothing here talks to Ray Tune or MLflow: this module only describes and validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from ray import cloudpickle  # Ray pickles with its own vendored copy
+
+from tunetrain._space import is_distribution, iter_leaves
+from tunetrain.errors import ExperimentError
+
+Mode = Literal["min", "max"]
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+
+SCHEDULERS = ("asha", "fifo")
+SEARCHERS = ("optuna", "random")
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StopRule:
+    """When a trial (or the whole sweep) stops, whatever the scheduler decides.
+
+    Args:
+        max_iterations: a trial stops after this many reports (``training_iteration``).
+            Also the default ``max_t`` of ASHA.
+        max_trial_seconds: a trial stops once its training time passes this.
+        time_budget_s: the whole sweep stops launching and running trials after this.
+    """
+
+    max_iterations: int | None = None
+    max_trial_seconds: float | None = None
+    time_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for field in ("max_iterations", "max_trial_seconds", "time_budget_s"):
+            value = getattr(self, field)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ExperimentError(
+                    f"StopRule.{field} must be a positive number or None, but got {value!r}.",
+                    fix=f"Set StopRule({field}=...) to a value above 0, or leave it out.",
+                )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointPolicy:
+    """Which checkpoints Ray Train keeps for each trial.
+
+    Args:
+        num_to_keep: how many checkpoints to keep per trial (None keeps all).
+        score_attribute: the metric that ranks checkpoints; defaults to the experiment's metric.
+        score_order: "min" or "max"; defaults to the experiment's mode.
+    """
+
+    num_to_keep: int | None = 2
+    score_attribute: str | None = None
+    score_order: Mode | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (
+            not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
+        ):
+            raise ExperimentError(
+                f"CheckpointPolicy.num_to_keep must be an integer >= 1 or None, but got {self.num_to_keep!r}.",
+                fix="Use num_to_keep=None to keep every checkpoint.",
+            )
+        if self.score_order is not None and self.score_order not in ("min", "max"):
+            raise ExperimentError(
+                f"CheckpointPolicy.score_order must be 'min' or 'max', but got {self.score_order!r}.",
+                fix="Use score_order='min' or score_order='max'.",
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Experiment:
+    """One tuning experiment: what to train, over which space, judged how.
+
+    Args:
+        name: the MLflow experiment that holds every sweep of this experiment.
+        train_loop: a function of ``config`` that runs on every Ray Train worker. It
+            reports with ``ray.train.report(metrics, checkpoint=...)`` and may resume
+            from ``ray.train.get_checkpoint()``.
+        space: the search space, a (possibly nested) dict of Ray Tune distributions
+            (``tune.loguniform``, ``tune.choice``, ...) or constants.
+        defaults: fixed config values the searcher does not touch (nested dicts allowed).
+        metric: the reported metric that decides which trial is best.
+        mode: "min" or "max" for ``metric``.
+        scheduler: "asha" or "fifo"; ``scheduler_options`` are passed to Ray Tune's class.
+        searcher: "optuna" (TPE) or "random"; ``searcher_options`` are passed to Ray Tune's class.
+        num_samples: how many trials the sweep runs.
+        workers_per_trial: Ray Train workers (DDP processes) in each trial.
+        use_gpu: give each worker a GPU.
+        resources_per_worker: Ray resources of one worker, e.g. ``{"CPU": 1}``.
+        placement_strategy: how a trial's workers are placed on nodes.
+        stop: the stop rule (iterations and/or time).
+        seed: the sweep's root seed; every trial's seed derives from it.
+        checkpoint: how many checkpoints to keep, ranked by which score.
+        max_concurrent: trials run at once; None means as many as the cluster fits.
+        preflight: called on the driver with the resolved fixed config before anything
+            starts; it raises :class:`ExperimentError` when the experiment cannot run here.
+    """
+
+    name: str
+    train_loop: Callable[[dict[str, Any]], Any]
+    space: Mapping[str, Any]
+    metric: str
+    mode: Mode
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    scheduler: str = "asha"
+    scheduler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    searcher: str = "optuna"
+    searcher_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    num_samples: int = 8
+    workers_per_trial: int = 1
+    use_gpu: bool = False
+    resources_per_worker: Mapping[str, float] | None = None
+    placement_strategy: PlacementStrategy = "PACK"
+    stop: StopRule = dataclasses.field(default_factory=StopRule)
+    seed: int | None = None
+    checkpoint: CheckpointPolicy = dataclasses.field(default_factory=CheckpointPolicy)
+    max_concurrent: int | None = None
+    preflight: Callable[[dict[str, Any]], None] | None = None
+    # Set by load_experiment: where the experiment came from.
+    source_path: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def replace(self, **changes: Any) -> Experiment:
+        """A copy with ``changes`` applied and validated again."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def worker_resources(self) -> dict[str, float]:
+        """Ray resources of one worker, with the GPU added when ``use_gpu`` is set."""
+        resources = dict(self.resources_per_worker or {"CPU": 1.0})
+        if self.use_gpu:
+            resources.setdefault("GPU", 1.0)
+        return {key: float(value) for key, value in resources.items()}
+
+    def validate(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ExperimentError(
+                f"Experiment.name must be a non-empty string, but got {self.name!r}.",
+                fix='Give the experiment a name, e.g. Experiment(name="my_experiment", ...).',
+            )
+        if not callable(self.train_loop):
+            raise ExperimentError(
+                f"Experiment.train_loop must be a function of config, but got {self.train_loop!r}.",
+                fix="Pass the function that trains on each worker, e.g. train_loop=train_loop.",
+            )
+        if self.mode not in ("min", "max"):
+            raise ExperimentError(
+                f"Experiment.mode must be 'min' or 'max', but got {self.mode!r}.",
+                fix="Use mode='min' for losses and mode='max' for accuracies.",
+            )
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ExperimentError(
+                f"Experiment.metric must be the name of a reported metric, but got {self.metric!r}.",
+                fix='Name the metric your train loop reports, e.g. metric="val_loss".',
+            )
+        if self.scheduler not in SCHEDULERS:
+            raise ExperimentError(
+                f"Unknown scheduler {self.scheduler!r}; valid schedulers are {', '.join(SCHEDULERS)}.",
+                fix="Pick one of those names (in the experiment file or with --scheduler).",
+            )
+        if self.searcher not in SEARCHERS:
+            raise ExperimentError(
+                f"Unknown searcher {self.searcher!r}; valid searchers are {', '.join(SEARCHERS)}.",
+                fix="Pick one of those names (in the experiment file or with --searcher).",
+            )
+        _positive_int("num_samples", self.num_samples)
+        _positive_int("workers_per_trial", self.workers_per_trial)
+        if self.max_concurrent is not None:
+            _positive_int("max_concurrent", self.max_concurrent)
+        if self.placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ExperimentError(
+                f"Unknown placement_strategy {self.placement_strategy!r}; valid strategies are "
+                f"{', '.join(PLACEMENT_STRATEGIES)}.",
+                fix="Pick one of those names.",
+            )
+        for key, value in (self.resources_per_worker or {}).items():
+            if not isinstance(value, int | float) or value < 0 or math.isnan(value):
+                raise ExperimentError(
+                    f"resources_per_worker[{key!r}] must be a number >= 0, but got {value!r}.",
+                    fix='Use e.g. resources_per_worker={"CPU": 1}.',
+                )
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ExperimentError(
+                f"Experiment.seed must be an integer >= 0 or None, but got {self.seed!r}.",
+                fix="Use e.g. seed=0, or leave it out to draw one (it is recorded).",
+            )
+        if not isinstance(self.space, Mapping):
+            raise ExperimentError(
+                f"Experiment.space must be a dict, but got {type(self.space).__name__}.",
+                fix='Use e.g. space={"lr": tune.loguniform(1e-4, 1e-1)}.',
+            )
+        for key, value in iter_leaves(self.space):
+            if not (is_distribution(value) or _is_constant(value)):
+                raise ExperimentError(
+                    f"Search-space value {key!r} must be a Ray Tune distribution "
+                    f"(tune.uniform, tune.loguniform, tune.choice, tune.randint, ...) or a constant, "
+                    f"but got {value!r} of type {type(value).__name__}.",
+                    fix=f"Wrap it, e.g. {key!r}: tune.choice([...]), or move it to defaults.",
+                )
+        for key, value in iter_leaves(self.defaults):
+            if is_distribution(value):
+                raise ExperimentError(
+                    f"Default {key!r} is a Ray Tune distribution ({value!r}); defaults are fixed values.",
+                    fix=f"Move {key!r} into space=, or give it a fixed value.",
+                )
+
+
+def _positive_int(field: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ExperimentError(
+            f"Experiment.{field} must be an integer >= 1, but got {value!r}.",
+            fix=f"Set {field} to 1 or more.",
+        )
+
+
+def _is_constant(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool | tuple | list)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Import an experiment file by path and return the one :class:`Experiment` it defines.
+
+    The module is registered so that cloudpickle ships its functions to Ray workers by
+    value: workers need not be able to import the file.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ExperimentError(
+            f"Experiment file {str(path)!r} does not exist.",
+            fix="Pass the path of a Python file that defines an Experiment, e.g. experiments/mlp_digits.py.",
+        )
+    if file.suffix != ".py":
+        raise ExperimentError(
+            f"Experiment file {str(path)!r} is not a Python file (.py).",
+            fix="Pass the .py file that defines the Experiment.",
+        )
+    module_name = "tunetrain_experiment_" + re.sub(r"\W", "_", file.stem)
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ExperimentError:
+        raise
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ExperimentError(
+            f"Importing experiment file {str(path)!r} raised {type(exc).__name__}: {exc}",
+            fix="Fix the error in the file; `python FILE` shows the full traceback.",
+        ) from exc
+    cloudpickle.register_pickle_by_value(module)
+    found = [(name, value) for name, value in vars(module).items() if isinstance(value, Experiment)]
+    if not found:
+        raise ExperimentError(
+            f"Experiment file {str(path)!r} defines no Experiment.",
+            fix="Define one at module level: experiment = tunetrain.Experiment(...).",
+        )
+    if len(found) > 1:
+        names = ", ".join(name for name, _ in found)
+        raise ExperimentError(
+            f"Experiment file {str(path)!r} defines {len(found)} Experiments ({names}); it must define exactly one.",
+            fix="Keep one Experiment per file; put the others in files of their own.",
+        )
+    return found[0][1].replace(source_path=str(file.resolve()))

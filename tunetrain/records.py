@@ -1,0 +1,75 @@
+"""Plain records of a sweep's trials, shared by the tuner layer, the console and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "failed", "interrupted"]
+ENDED = ("completed", "stopped_early", "diverged", "failed", "interrupted")
+
+
+@dataclasses.dataclass
+class TrialRecord:
+    """One trial as the sweep saw it."""
+
+    name: str
+    index: int
+    trial_id: str
+    config: dict[str, Any]
+    seed: int
+    status: TrialStatus = "running"
+    iterations: int = 0
+    last: dict[str, float] = dataclasses.field(default_factory=dict)
+    best_value: float | None = None
+    error: str | None = None
+    checkpoints: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    start_time: float = 0.0
+    end_time: float | None = None
+
+    def observe(self, metric: str, mode: str, value: float) -> None:
+        """Keep the best finite value of the sweep's metric seen so far."""
+        if not math.isfinite(value):
+            return
+        if self.best_value is None or (value < self.best_value if mode == "min" else value > self.best_value):
+            self.best_value = value
+
+    def best_checkpoint(self, score: str, order: str) -> dict[str, Any] | None:
+        scored = [c for c in self.checkpoints if isinstance(c.get("score"), float) and math.isfinite(c["score"])]
+        if not scored:
+            return self.checkpoints[-1] if self.checkpoints else None
+        return (min if order == "min" else max)(scored, key=lambda c: c["score"])
+
+
+def rank_trials(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
+    """Trials with a finite metric, best first (by each trial's best reported value)."""
+    scored = [t for t in trials if t.best_value is not None]
+    return sorted(scored, key=lambda t: t.best_value if mode == "min" else -t.best_value)  # type: ignore[operator]
+
+
+@dataclasses.dataclass
+class SweepOutcome:
+    """What a finished (or interrupted) sweep hands back to the CLI."""
+
+    sweep_name: str
+    sweep_id: str
+    metric: str
+    mode: str
+    trials: list[TrialRecord]
+    experiment_id: str | None
+    parent_run_id: str | None
+    tracking_uri: str
+    run_ids: dict[str, str]
+    bad_input: str | None = None
+    interrupted: bool = False
+    log_path: str | None = None
+    storage_path: str | None = None
+
+    @property
+    def best(self) -> TrialRecord | None:
+        ranked = rank_trials(self.trials, self.mode)
+        return ranked[0] if ranked else None
+
+    def count(self, status: str) -> int:
+        return sum(1 for t in self.trials if t.status == status)

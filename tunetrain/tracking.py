@@ -1,0 +1,310 @@
+"""MLflow recording: the only module that imports mlflow.
+
+One MLflow experiment per tunetrain experiment, one parent run per sweep and one child run
+per trial (linked with the ``mlflow.parentRunId`` tag). Every call to MLflow happens on one
+background thread, fed by a queue, so Ray Tune's event loop never waits on the tracking
+store; consecutive metric points of a run go out as one ``log_batch`` call, never one call
+per metric key (on sqlite one point per call costs 4.5-7 ms, a batch 0.2 ms per point).
+
+A tracking error never kills the sweep: the first one is printed once, clearly, and the
+rest are counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+# MLflow's own limits for one log_batch call.
+_MAX_METRICS_PER_BATCH = 1000
+_MAX_PARAMS_PER_BATCH = 100
+_MAX_TAGS_PER_BATCH = 100
+_MAX_PARAM_LENGTH = 6000
+_MAX_TAG_LENGTH = 8000
+
+STATUS_TAG = "tunetrain.status"
+ERROR_TAG = "tunetrain.error"
+PARENT_TAG = "mlflow.parentRunId"
+
+# tunetrain status -> MLflow run status. A trial stopped early or diverged ran as it
+# should (the scheduler or the stop rule ended it); only a crash is a failed run.
+_RUN_STATUS = {
+    "completed": "FINISHED",
+    "stopped_early": "FINISHED",
+    "diverged": "FINISHED",
+    "failed": "FAILED",
+    "interrupted": "KILLED",
+}
+
+
+def default_tracking_uri(directory: str | Path | None = None) -> str:
+    """The embedded store: ``sqlite:///<dir>/mlflow.db`` (the working directory by default)."""
+    base = Path(directory or os.getcwd()).resolve()
+    return f"sqlite:///{base / 'mlflow.db'}"
+
+
+def ui_command(tracking_uri: str) -> str:
+    """The command that opens the MLflow UI on this store."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri}"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def _quiet_mlflow_logging() -> None:
+    # Database migrations and store set-up log at INFO on every new sqlite file.
+    for name in ("alembic", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _trim(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class SweepRecorder:
+    """Records one sweep in MLflow: a parent run and one child run per trial.
+
+    Trials are named by the caller (any unique string, e.g. Ray Tune's trial name); this
+    class maps them to MLflow run ids. All methods but :meth:`start_sweep` and
+    :meth:`close` only enqueue work and return at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str,
+        experiment_name: str,
+        artifact_location: str | None = None,
+        error_stream: TextIO | None = None,
+    ) -> None:
+        _quiet_mlflow_logging()
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self._artifact_location = artifact_location
+        self._errors = error_stream or sys.stderr
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+        self.experiment_id: str | None = None
+        self.parent_run_id: str | None = None
+        self._run_ids: dict[str, str] = {}
+        self._pending_metrics: dict[str, list[Metric]] = {}
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.error_count = 0
+        self.first_error: str | None = None
+        self._thread = threading.Thread(target=self._work, name="tunetrain-mlflow", daemon=True)
+        self._thread.start()
+
+    # -- the background thread -------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            try:
+                if task is None:
+                    return
+                self._guarded(task)
+                if self._queue.empty():
+                    self._guarded(self._flush_metrics)
+            finally:
+                self._queue.task_done()
+
+    def _guarded(self, task: Callable[[], None]) -> None:
+        try:
+            task()
+        except Exception as exc:  # noqa: BLE001 - a tracking error must never kill the sweep
+            self._report_error(exc)
+
+    def _report_error(self, exc: BaseException) -> None:
+        self.error_count += 1
+        if self.first_error is None:
+            self.first_error = f"{type(exc).__name__}: {exc}"
+            print(
+                f"tunetrain: MLflow tracking error at {self.tracking_uri}: {_trim(self.first_error, 500)}\n"
+                "  Training goes on; further tracking errors are counted and reported at the end.",
+                file=self._errors,
+                flush=True,
+            )
+
+    def _flush_metrics(self) -> None:
+        pending, self._pending_metrics = self._pending_metrics, {}
+        for run_id, metrics in pending.items():
+            for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
+                self._client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS_PER_BATCH])
+
+    def _log_params_and_tags(
+        self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]
+    ) -> None:
+        param_list = [Param(key, _trim(str(value), _MAX_PARAM_LENGTH)) for key, value in params.items()]
+        tag_list = [RunTag(key, _trim(str(value), _MAX_TAG_LENGTH)) for key, value in tags.items()]
+        for start in range(0, len(param_list), _MAX_PARAMS_PER_BATCH):
+            self._client.log_batch(run_id, params=param_list[start : start + _MAX_PARAMS_PER_BATCH])
+        for start in range(0, len(tag_list), _MAX_TAGS_PER_BATCH):
+            self._client.log_batch(run_id, tags=tag_list[start : start + _MAX_TAGS_PER_BATCH])
+
+    def _submit(self, task: Callable[[], None]) -> None:
+        self._queue.put(task)
+
+    def _run_id(self, trial: str) -> str | None:
+        return self._run_ids.get(trial)
+
+    # -- the sweep -------------------------------------------------------------------
+
+    def start_sweep(
+        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]
+    ) -> str | None:
+        """Create the sweep's parent run (synchronously); returns its run id, None on a tracking error."""
+        done = threading.Event()
+
+        def task() -> None:
+            try:
+                experiment = self._client.get_experiment_by_name(self.experiment_name)
+                if experiment is None:
+                    self.experiment_id = self._client.create_experiment(
+                        self.experiment_name, artifact_location=self._artifact_location
+                    )
+                else:
+                    self.experiment_id = experiment.experiment_id
+                run = self._client.create_run(self.experiment_id, run_name=run_name, tags={})
+                self.parent_run_id = run.info.run_id
+                self._log_params_and_tags(self.parent_run_id, params, tags)
+            finally:
+                done.set()
+
+        self._submit(task)
+        done.wait()
+        return self.parent_run_id
+
+    def log_sweep_artifact(self, local_path: str) -> None:
+        if self.parent_run_id is not None:
+            run_id = self.parent_run_id
+            self._submit(lambda: self._client.log_artifact(run_id, local_path))
+
+    def end_sweep(
+        self,
+        *,
+        status: str,
+        best_metrics: Mapping[str, float],
+        tags: Mapping[str, Any],
+        best_trial: str | None,
+        best_config: Mapping[str, Any] | None,
+    ) -> None:
+        """Close the parent run with the best trial's metric, config and run id."""
+        parent = self.parent_run_id
+        if parent is None:
+            return
+
+        def task() -> None:
+            all_tags = dict(tags)
+            if best_trial is not None and best_trial in self._run_ids:
+                all_tags["tunetrain.best_run_id"] = self._run_ids[best_trial]
+                all_tags["tunetrain.best_trial"] = best_trial
+            if best_config is not None:
+                all_tags["tunetrain.best_config"] = json.dumps(best_config, default=str)
+                self._client.log_dict(parent, dict(best_config), "best_config.json")
+            now = int(time.time() * 1000)
+            metrics = [Metric(key, float(value), now, 0) for key, value in best_metrics.items()]
+            if metrics:
+                self._client.log_batch(parent, metrics=metrics)
+            self._log_params_and_tags(parent, {}, all_tags)
+            self._client.set_terminated(parent, status=status)
+
+        self._submit(task)
+
+    # -- trials ----------------------------------------------------------------------
+
+    def start_trial(
+        self,
+        trial: str,
+        *,
+        params: Mapping[str, Any],
+        tags: Mapping[str, Any],
+        start_time: float,
+    ) -> None:
+        """Open the trial's child run (params: the resolved config, flattened, plus its seed)."""
+        parent = self.parent_run_id
+        experiment_id = self.experiment_id
+        if parent is None or experiment_id is None:
+            return
+
+        def task() -> None:
+            run = self._client.create_run(
+                experiment_id,
+                start_time=int(start_time * 1000),
+                run_name=trial,
+                tags={PARENT_TAG: parent, STATUS_TAG: "running"},
+            )
+            self._run_ids[trial] = run.info.run_id
+            self._log_params_and_tags(run.info.run_id, params, tags)
+
+        self._submit(task)
+
+    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None:
+        """Queue one report's metrics; they go out with other queued points in one log_batch."""
+        ts = int(timestamp * 1000)
+        points = [Metric(key, float(value), ts, step) for key, value in metrics.items()]
+
+        def task() -> None:
+            run_id = self._run_id(trial)
+            if run_id is not None:
+                self._pending_metrics.setdefault(run_id, []).extend(points)
+
+        self._submit(task)
+
+    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None:
+        def task() -> None:
+            run_id = self._run_id(trial)
+            if run_id is not None:
+                self._log_params_and_tags(run_id, {}, tags)
+
+        self._submit(task)
+
+    def end_trial(
+        self,
+        trial: str,
+        *,
+        status: str,
+        end_time: float,
+        tags: Mapping[str, Any],
+        error: str | None = None,
+        artifacts: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Close the trial's run with its tunetrain status (and error text when it failed)."""
+
+        def task() -> None:
+            run_id = self._run_id(trial)
+            if run_id is None:
+                return
+            self._flush_metrics()
+            all_tags = {STATUS_TAG: status, **tags}
+            if error:
+                all_tags[ERROR_TAG] = _trim(error.strip().splitlines()[-1], 500)
+                self._client.log_text(run_id, error, "error.txt")
+            for name, content in (artifacts or {}).items():
+                self._client.log_dict(run_id, content, name)
+            self._log_params_and_tags(run_id, {}, all_tags)
+            self._client.set_terminated(
+                run_id, status=_RUN_STATUS.get(status, "FINISHED"), end_time=int(end_time * 1000)
+            )
+
+        self._submit(task)
+
+    def run_id(self, trial: str) -> str | None:
+        """The trial's MLflow run id (after :meth:`flush`)."""
+        return self._run_ids.get(trial)
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is written."""
+        self._queue.join()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()

@@ -1,0 +1,584 @@
+"""The tuner layer: plans a sweep against a Ray cluster and runs it through Ray Tune.
+
+Roles stay apart: the searcher proposes configs, the scheduler decides which trials go on,
+Ray Tune runs them (each trial a :func:`tunetrain.trial.run_trial` driving a TorchTrainer),
+and a Tune callback hands every event to the MLflow recorder and the console view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import ray
+from ray import tune
+from ray.tune.result import AUTO_RESULT_KEYS
+
+from tunetrain import _space, provenance
+from tunetrain.algorithms import build_scheduler, build_searcher
+from tunetrain.console import LiveView
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment, file_sha256
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord
+from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
+from tunetrain.seeding import derive_seed, draw_root_seed
+from tunetrain.tracking import SweepRecorder
+from tunetrain.trial import (
+    CHECKPOINT_KEY,
+    DRIVER_RESOURCES,
+    TrialNamer,
+    TrialSpec,
+    run_trial,
+    trial_dirname,
+    trial_index,
+)
+
+# Keys Tune adds to every result; everything else in a result is the user's metric.
+_BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
+    "done",
+    "trial_id",
+    "experiment_tag",
+    "should_checkpoint",
+    "experiment_id",
+    CHECKPOINT_KEY,
+}
+
+# Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
+# short trials. Users can still set their own value in the environment.
+_RAY_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A sweep resolved and checked against the cluster, before anything runs."""
+
+    experiment: Experiment
+    sweep_name: str
+    sweep_id: str
+    root_seed: int
+    tracking_uri: str
+    storage_path: str
+    address: str | None
+    max_concurrent: int
+    nodes: list[dict[str, float]]
+    command: str
+    searcher: str
+
+    @property
+    def param_space(self) -> dict[str, Any]:
+        return _space.merge(self.experiment.defaults, self.experiment.space)
+
+
+def user_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric metrics a train loop reported, without Tune's bookkeeping keys."""
+    return {
+        key: float(value)
+        for key, value in result.items()
+        if key not in _BOOKKEEPING and isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+# -- the cluster -------------------------------------------------------------------------
+
+
+def local_nodes() -> list[dict[str, float]]:
+    """The one node an embedded Ray would have on this machine."""
+    import torch
+
+    node = {"CPU": float(os.cpu_count() or 1)}
+    if torch.cuda.is_available():
+        node["GPU"] = float(torch.cuda.device_count())
+    return [node]
+
+
+def connect(address: str | None, *, log_dir: Path) -> str:
+    """Start an embedded Ray (address None) or connect to a cluster; returns Ray's log folder.
+
+    Ray's own worker output goes to its log files, not to the console.
+    """
+    env = {key: os.environ.get(key, value) for key, value in _RAY_ENV_DEFAULTS.items()}
+    os.environ.update(env)
+    # tunetrain checks that the metric is reported itself (once, with a clear message).
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    _route_ray_logging(log_dir / "ray_driver.log")
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": env},
+        )
+    _route_ray_logging(log_dir / "ray_driver.log")
+    _route_raylet_messages()
+    try:
+        node = ray._private.worker._global_node  # noqa: SLF001 - the only way to name Ray's log folder
+        return str(node.get_logs_dir_path()) if node is not None else "/tmp/ray/session_latest/logs"
+    except AttributeError:
+        return "/tmp/ray/session_latest/logs"
+
+
+def _route_ray_logging(path: Path) -> None:
+    """Send Ray's Python loggers (and warnings) to a file instead of the console."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.captureWarnings(True)
+    for name in ("ray", "py.warnings"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _route_raylet_messages() -> None:
+    """Send the raylet's messages to the driver (e.g. "N PYTHON worker processes have been
+    started") to Ray's log file. Ray prints them straight to stdout from a thread of its own,
+    even with ``log_to_driver=False``, and has no setting for it, so its printer is wrapped."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "_tunetrain", False):
+        return
+    raylet_logger = logging.getLogger("ray.raylet_messages")
+
+    def print_to_stdstream(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            for line in data.get("lines", []):
+                raylet_logger.warning(line)
+        else:
+            original(data, ignore_prefix)
+
+    print_to_stdstream._tunetrain = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_to_stdstream
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    return [
+        {key: float(value) for key, value in node["Resources"].items()}
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]
+
+
+# -- planning ----------------------------------------------------------------------------
+
+
+def plan_sweep(
+    experiment: Experiment,
+    *,
+    nodes: list[dict[str, float]],
+    tracking_uri: str,
+    storage_path: str,
+    address: str | None,
+    sweep_name: str | None = None,
+    argv: list[str] | None = None,
+) -> SweepPlan:
+    """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
+    worker = experiment.worker_resources
+    if experiment.use_gpu and not any(node.get("GPU", 0) > 0 for node in nodes):
+        raise ExperimentError(
+            f"use_gpu=True, but the cluster has no GPU (nodes: "
+            f"{'; '.join(describe_resources(n) for n in nodes)}).",
+            fix="Drop --use-gpu / use_gpu=True, or connect to a cluster with GPUs via --address.",
+        )
+    check_fit(
+        num_workers=experiment.workers_per_trial,
+        worker=worker,
+        strategy=experiment.placement_strategy,
+        nodes=nodes,
+    )
+    fits = max_concurrent_trials(
+        num_workers=experiment.workers_per_trial,
+        worker=worker,
+        strategy=experiment.placement_strategy,
+        nodes=nodes,
+    )
+    max_concurrent = min(experiment.max_concurrent or fits, experiment.num_samples)
+    free = _space.free_dimensions(experiment.space)
+    grids = [key for key, value in _space.iter_leaves(experiment.space) if _space.is_grid(value)]
+    searcher = experiment.searcher
+    if grids and searcher != "random":
+        raise ExperimentError(
+            f"tune.grid_search (at {', '.join(grids)}) needs searcher='random', but got searcher={searcher!r}.",
+            fix="Use --searcher random for grid searches, or replace grid_search with tune.choice.",
+        )
+    if not free and searcher != "random":
+        # Every dimension is pinned: there is nothing for a model-based searcher to learn.
+        searcher = "random"
+    root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
+    # Build the scheduler and searcher once now, so that bad options fail before anything starts.
+    build_scheduler(experiment)
+    build_searcher(experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent)
+    name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return SweepPlan(
+        experiment=experiment.replace(searcher=searcher, seed=root_seed),
+        sweep_name=name,
+        sweep_id=uuid.uuid4().hex[:12],
+        root_seed=root_seed,
+        tracking_uri=tracking_uri,
+        storage_path=str(Path(storage_path).resolve()) if "://" not in storage_path else storage_path,
+        address=address,
+        max_concurrent=max_concurrent,
+        nodes=nodes,
+        command=shlex.join(argv if argv is not None else sys.argv),
+        searcher=searcher,
+    )
+
+
+def describe_plan(plan: SweepPlan) -> str:
+    """The --dry-run text: everything the sweep would do, nothing started."""
+    exp = plan.experiment
+    lines = [f"Sweep {plan.sweep_name} of experiment {exp.name!r} ({exp.source_path})"]
+    lines.append("Search space:")
+    for key, value in _space.iter_leaves(exp.space):
+        lines.append(f"  {key} = {_space.describe(value)}")
+    lines.append("Fixed values:")
+    for key, value in _space.iter_leaves(exp.defaults):
+        lines.append(f"  {key} = {value!r}")
+    stop = exp.stop
+    lines += [
+        f"Metric: {exp.metric} ({exp.mode})",
+        f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
+        f"Searcher: {plan.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
+        f"Trials: {exp.num_samples}, at most {plan.max_concurrent} at once",
+        f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
+        f"time_budget_s={stop.time_budget_s}",
+        f"Per trial: {exp.workers_per_trial} worker(s) x ({describe_resources(exp.worker_resources)}), "
+        f"placement {exp.placement_strategy}",
+        f"Cluster: {plan.address or 'embedded local Ray'}; "
+        + "; ".join(describe_resources(node) for node in plan.nodes),
+        f"Root seed: {plan.root_seed}",
+        f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
+        f"{exp.checkpoint.score_attribute or exp.metric} ({exp.checkpoint.score_order or exp.mode})",
+        f"MLflow: {plan.tracking_uri} (experiment {exp.name!r})",
+        f"Trial storage: {plan.storage_path}/{plan.sweep_name}",
+    ]
+    return "\n".join(lines)
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+class SweepStopper(tune.Stopper):
+    """The experiment's stop rule, plus the two checks tunetrain adds to every result:
+    the metric must be reported (else the whole sweep stops: bad input), and a non-finite
+    metric ends the trial as diverged."""
+
+    def __init__(self, experiment: Experiment) -> None:
+        self.metric = experiment.metric
+        self.max_iterations = experiment.stop.max_iterations
+        self.max_seconds = experiment.stop.max_trial_seconds
+        self.diverged: set[str] = set()
+        self.missing_metric: str | None = None
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        if self.metric not in result:
+            if self.missing_metric is None:
+                reported = sorted(user_metrics(result)) or ["(none)"]
+                self.missing_metric = (
+                    f"The experiment's metric {self.metric!r} was never reported; the train loop "
+                    f"reported: {', '.join(reported)}."
+                )
+            return True
+        value = result[self.metric]
+        if isinstance(value, int | float) and not math.isfinite(value):
+            self.diverged.add(trial_id)
+            return True
+        if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
+            return True
+        return self.max_seconds is not None and result.get("time_total_s", 0.0) >= self.max_seconds
+
+    def stop_all(self) -> bool:
+        return self.missing_metric is not None
+
+
+class SweepCallback(tune.Callback):
+    """Turns Ray Tune's trial events into TrialRecords, MLflow records and the live view."""
+
+    def __init__(
+        self,
+        *,
+        plan: SweepPlan,
+        recorder: SweepRecorder,
+        view: LiveView,
+        stopper: SweepStopper,
+        early_stopped: Mapping[str, int],
+    ) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.view = view
+        self.stopper = stopper
+        self.early_stopped = early_stopped
+        self.records: dict[str, TrialRecord] = {}
+        exp = plan.experiment
+        self.score_attribute = exp.checkpoint.score_attribute or exp.metric
+        self.score_order = exp.checkpoint.score_order or exp.mode
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks with the experiment state; the recorder (a thread) and
+        # the console belong to this driver process only.
+        return {k: v for k, v in self.__dict__.items() if k not in ("recorder", "view")}
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        name = str(trial)
+        index = trial_index(name)
+        record = TrialRecord(
+            name=name,
+            index=index,
+            trial_id=trial.trial_id,
+            config=dict(trial.config),
+            seed=derive_seed(self.plan.root_seed, index),
+            start_time=time.time(),
+        )
+        self.records[trial.trial_id] = record
+        self.recorder.start_trial(
+            name,
+            params={**_space.flatten(record.config), "tunetrain.seed": record.seed},
+            tags={
+                "tunetrain.trial_id": trial.trial_id,
+                "tunetrain.trial_index": index,
+                "tunetrain.sweep_id": self.plan.sweep_id,
+                "tunetrain.seed": record.seed,
+            },
+            start_time=record.start_time,
+        )
+        self.view.update(self._trials(), force=True)
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+        record = self.records.get(trial.trial_id)
+        if record is None:
+            return
+        step = int(result.get("training_iteration", record.iterations + 1))
+        metrics = user_metrics(result)
+        record.iterations = step
+        record.last = metrics
+        if self.plan.experiment.metric in metrics:
+            record.observe(self.plan.experiment.metric, self.plan.experiment.mode, metrics[self.plan.experiment.metric])
+        self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
+        checkpoint = result.get(CHECKPOINT_KEY)
+        if checkpoint:
+            score = metrics.get(self.score_attribute)
+            record.checkpoints.append({"step": step, "path": str(checkpoint), "score": score})
+            self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": checkpoint})
+        self.view.update(self._trials())
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        record = self.records.get(trial.trial_id)
+        if record is None:
+            return
+        if trial.trial_id in self.stopper.diverged:
+            self._end(record, "diverged")
+        elif self.stopper.missing_metric is not None and self.plan.experiment.metric not in record.last:
+            self._end(record, "failed", error=self.stopper.missing_metric)
+        elif trial.trial_id in self.early_stopped:
+            self._end(record, "stopped_early")
+        else:
+            self._end(record, "completed")
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        record = self.records.get(trial.trial_id)
+        if record is not None:
+            self._end(record, "failed", error=_trial_error(trial))
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.view.update(self._trials())
+
+    def _trials(self) -> list[TrialRecord]:
+        return list(self.records.values())
+
+    def _end(self, record: TrialRecord, status: Any, error: str | None = None) -> None:
+        if record.status in ENDED:
+            return
+        record.status = status
+        record.error = error
+        record.end_time = time.time()
+        best = record.best_checkpoint(self.score_attribute, self.score_order)
+        tags: dict[str, Any] = {"tunetrain.iterations": record.iterations}
+        if best is not None:
+            tags["tunetrain.checkpoint.best"] = best["path"]
+        artifacts = {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
+        self.recorder.end_trial(
+            record.name, status=status, end_time=record.end_time, tags=tags, error=error, artifacts=artifacts
+        )
+        self.view.update(self._trials(), force=True)
+
+    def end_unfinished(self) -> bool:
+        """Mark trials that were still running as interrupted; True if there were any."""
+        unfinished = [r for r in self.records.values() if r.status not in ENDED]
+        for record in unfinished:
+            self._end(record, "interrupted")
+        return bool(unfinished)
+
+
+def _trial_error(trial: Any) -> str:
+    """The trial's error text from the file Tune writes (its last traceback)."""
+    path = getattr(trial, "error_file", None)
+    if path and os.path.exists(path):
+        text = Path(path).read_text(errors="replace").strip()
+        if text:
+            return text
+    return "the trial failed without an error message (see the Ray logs)"
+
+
+def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
+    exp = plan.experiment
+    params: dict[str, Any] = {f"space.{k}": _space.describe(v) for k, v in _space.iter_leaves(exp.space)}
+    params.update({f"default.{k}": v for k, v in _space.iter_leaves(exp.defaults)})
+    cpus = sum(node.get("CPU", 0.0) for node in plan.nodes)
+    gpus = sum(node.get("GPU", 0.0) for node in plan.nodes)
+    tags: dict[str, Any] = {
+        "tunetrain.sweep_id": plan.sweep_id,
+        "tunetrain.sweep_name": plan.sweep_name,
+        "tunetrain.experiment_file": exp.source_path or "",
+        "tunetrain.experiment_sha256": file_sha256(exp.source_path) if exp.source_path else "",
+        "tunetrain.scheduler": exp.scheduler,
+        "tunetrain.searcher": plan.searcher,
+        "tunetrain.metric": exp.metric,
+        "tunetrain.mode": exp.mode,
+        "tunetrain.num_samples": exp.num_samples,
+        "tunetrain.root_seed": plan.root_seed,
+        "tunetrain.workers_per_trial": exp.workers_per_trial,
+        "tunetrain.max_concurrent": plan.max_concurrent,
+        "tunetrain.storage_path": f"{plan.storage_path}/{plan.sweep_name}",
+        "tunetrain.command": plan.command,
+        "tunetrain.address": plan.address or "embedded",
+        "hardware.nodes": len(plan.nodes),
+        "hardware.cpus": f"{cpus:g}",
+        "hardware.gpus": f"{gpus:g}",
+        "hardware.cpu_model": provenance.cpu_model(),
+        "hardware.gpu_names": ", ".join(provenance.gpu_names()) or "none",
+    }
+    tags.update({f"version.{name}": version for name, version in provenance.package_versions().items()})
+    if exp.source_path:
+        tags.update({f"tunetrain.{k}": v for k, v in provenance.git_state(exp.source_path).items()})
+    return params, tags
+
+
+def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome:
+    """Run the planned sweep to the end (or to Ctrl+C) and record it; Ray must be connected."""
+    exp = plan.experiment
+    recorder = SweepRecorder(
+        tracking_uri=plan.tracking_uri,
+        experiment_name=exp.name,
+        artifact_location=_artifact_location(plan.tracking_uri),
+        error_stream=stream,
+    )
+    params, tags = sweep_tags(plan)
+    parent_run_id = recorder.start_sweep(run_name=plan.sweep_name, params=params, tags=tags)
+    if exp.source_path:
+        recorder.log_sweep_artifact(exp.source_path)
+
+    interrupted = False
+    crashed = False
+    scheduler = build_scheduler(exp)
+    searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=plan.max_concurrent)
+    stopper = SweepStopper(exp)
+    view = LiveView(metric=exp.metric, mode=exp.mode, total=exp.num_samples, stream=stream)
+    callback: SweepCallback | None = None
+    try:
+        callback = SweepCallback(
+            plan=plan, recorder=recorder, view=view, stopper=stopper, early_stopped=scheduler.early_stopped
+        )
+        spec = TrialSpec(
+            train_loop=exp.train_loop,
+            num_workers=exp.workers_per_trial,
+            use_gpu=exp.use_gpu,
+            resources_per_worker=exp.worker_resources,
+            placement_strategy=exp.placement_strategy,
+            root_seed=plan.root_seed,
+            storage_path=f"{plan.storage_path}/{plan.sweep_name}/train",
+            num_to_keep=exp.checkpoint.num_to_keep,
+            score_attribute=exp.checkpoint.score_attribute or exp.metric,
+            score_order=exp.checkpoint.score_order or exp.mode,
+        )
+        tuner = tune.Tuner(
+            tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES),
+            param_space=plan.param_space,
+            tune_config=tune.TuneConfig(
+                metric=exp.metric,
+                mode=exp.mode,
+                scheduler=scheduler,
+                search_alg=searcher,
+                num_samples=exp.num_samples,
+                max_concurrent_trials=plan.max_concurrent if plan.searcher != "random" else None,
+                time_budget_s=exp.stop.time_budget_s,
+                trial_name_creator=TrialNamer(first),
+                trial_dirname_creator=trial_dirname,
+                reuse_actors=False,
+            ),
+            run_config=tune.RunConfig(
+                name=plan.sweep_name,
+                storage_path=plan.storage_path,
+                stop=stopper,
+                callbacks=[callback],
+                verbose=0,
+            ),
+        )
+        tuner.fit()
+    except KeyboardInterrupt:
+        interrupted = True
+    except BaseException:
+        crashed = True
+        raise
+    finally:
+        # Whatever happened, nothing stays RUNNING: close every trial and the sweep.
+        if callback is not None:
+            interrupted = callback.end_unfinished() or interrupted
+        records = sorted(callback.records.values(), key=lambda r: r.index) if callback else []
+        view.update(records, force=True)
+        view.close()
+        outcome = SweepOutcome(
+            sweep_name=plan.sweep_name,
+            sweep_id=plan.sweep_id,
+            metric=exp.metric,
+            mode=exp.mode,
+            trials=records,
+            experiment_id=recorder.experiment_id,
+            parent_run_id=parent_run_id,
+            tracking_uri=plan.tracking_uri,
+            run_ids={},
+            bad_input=stopper.missing_metric,
+            interrupted=interrupted and stopper.missing_metric is None,
+            log_path=str(log_dir),
+            storage_path=f"{plan.storage_path}/{plan.sweep_name}",
+        )
+        best = outcome.best
+        recorder.end_sweep(
+            status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
+            best_metrics={f"best_{exp.metric}": best.best_value} if best and best.best_value is not None else {},
+            tags={
+                "tunetrain.trials": len(records),
+                **{f"tunetrain.trials.{s}": outcome.count(s) for s in ENDED if outcome.count(s)},
+            },
+            best_trial=best.name if best else None,
+            best_config=best.config if best else None,
+        )
+        recorder.flush()
+        outcome.run_ids = {r.name: rid for r in records if (rid := recorder.run_id(r.name))}
+        recorder.close()
+        if recorder.error_count:
+            print(
+                f"tunetrain: {recorder.error_count} MLflow tracking error(s); the first: {recorder.first_error}",
+                file=stream,
+            )
+    return outcome
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """For the embedded sqlite store, keep artifacts beside the database file."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///") :])
+        return (db.parent / "mlartifacts").resolve().as_uri()
+    return None
