@@ -96,6 +96,7 @@ def build_searcher(
     if "sampler" not in options:
         import optuna
 
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
         # Seeded so that the same root seed suggests the same sequence again.
         options["sampler"] = optuna.samplers.TPESampler(seed=seed)
     # Tune wraps a Searcher in a ConcurrencyLimiter(max_concurrent) and counts trials from 1.

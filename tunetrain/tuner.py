@@ -110,6 +110,8 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     os.environ.update(env)
     # tunetrain checks that the metric is reported itself (once, with a clear message).
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Tune's newer console output prints a banner even at verbose=0; the classic one is silent.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     _route_ray_logging(log_dir / "ray_driver.log")
     if not ray.is_initialized():
         ray.init(

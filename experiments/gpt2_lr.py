@@ -1,0 +1,199 @@
+# A learning-rate sweep (plus warmup and weight decay) of a small GPT-2 language model from
+# transformers, trained on the source files of Python's standard library (a real text
+# corpus that every Python install ships; no download), byte-level tokens.
+#
+#   python -m tunetrain sweep experiments/gpt2_lr.py --num-samples 8 --set train.max_steps=200
+#   python -m tunetrain sweep experiments/gpt2_lr.py --set model=gpt2      # pretrained GPT-2 (needs the hub)
+#
+# Every evaluation reports train_loss, val_loss and val_ppl and saves a checkpoint; a
+# trial restarted by Ray Train resumes from its latest checkpoint.
+
+from __future__ import annotations
+
+import math
+import os
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray.train
+import ray.train.torch
+import torch
+from ray import tune
+
+from tunetrain import CheckpointPolicy, Experiment, ExperimentError, StopRule, get_context
+
+PRETRAINED = "gpt2"  # --set model=gpt2 loads these weights and this tokenizer from the hub
+
+
+def load_corpus(max_bytes: int) -> bytes:
+    """The standard library's .py files, in a fixed order, up to max_bytes."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chunks, size = [], 0
+    for path in sorted(root.glob("*.py")):
+        data = path.read_bytes()
+        chunks.append(data)
+        size += len(data)
+        if size >= max_bytes:
+            break
+    return b"\n".join(chunks)[:max_bytes]
+
+
+def tokenize(config: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    """Token ids of the corpus and the vocabulary size: raw bytes, or GPT-2's BPE when pretrained."""
+    text = load_corpus(config["data"]["max_bytes"])
+    if config["model"] == PRETRAINED:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(PRETRAINED)
+        ids = tokenizer(text.decode("utf-8", errors="replace"))["input_ids"]
+        return torch.tensor(ids, dtype=torch.long), tokenizer.vocab_size
+    return torch.frombuffer(bytearray(text), dtype=torch.uint8).long(), 256
+
+
+def build_model(config: dict[str, Any], vocab_size: int) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if config["model"] == PRETRAINED:
+        return GPT2LMHeadModel.from_pretrained(PRETRAINED)
+    shape = config["model_config"]
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=shape["context"],
+            n_embd=shape["n_embd"],
+            n_layer=shape["n_layer"],
+            n_head=shape["n_head"],
+        )
+    )
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    torch.set_num_threads(1)  # one CPU per worker
+    train_cfg = config["train"]
+    context = config["model_config"]["context"]
+    ids, vocab_size = tokenize(config)
+    split = int(len(ids) * 0.9)  # the last 10% of the corpus is held out
+    train_ids, val_ids = ids[:split], ids[split:]
+    generator = torch.Generator().manual_seed(get_context().worker_seed)  # batches follow the seed
+
+    def batch(data: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        starts = torch.randint(0, len(data) - context - 1, (train_cfg["batch_size"],), generator=gen)
+        return torch.stack([data[s : s + context] for s in starts.tolist()])
+
+    model = ray.train.torch.prepare_model(build_model(config, vocab_size))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
+    warmup = max(1, int(config["warmup_frac"] * train_cfg["max_steps"]))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+
+    step = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:  # restarted by Ray Train: go on from the latest checkpoint
+        with checkpoint.as_directory() as folder:
+            state = torch.load(os.path.join(folder, "state.pt"))
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        step = state["step"]
+
+    while step < train_cfg["max_steps"]:
+        model.train()
+        losses = []
+        for _ in range(train_cfg["eval_every"]):
+            x = batch(train_ids, generator)
+            loss = model(input_ids=x, labels=x).loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg["grad_clip"])
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            step += 1
+        model.eval()
+        val_gen = torch.Generator().manual_seed(0)  # the same validation batches every time
+        with torch.no_grad():
+            val_loss = sum(
+                model(input_ids=(x := batch(val_ids, val_gen)), labels=x).loss.item()
+                for _ in range(train_cfg["eval_batches"])
+            ) / train_cfg["eval_batches"]
+        metrics = {
+            "step": step,
+            "train_loss": sum(losses) / len(losses),
+            "val_loss": val_loss,
+            "val_ppl": math.exp(min(val_loss, 50.0)),
+            "lr": schedule.get_last_lr()[0],
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            if ray.train.get_context().get_world_rank() == 0:
+                state = {
+                    "model": getattr(model, "module", model).state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "step": step,
+                }
+                torch.save(state, os.path.join(folder, "state.pt"))
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+            else:
+                ray.train.report(metrics)
+
+
+def preflight(config: dict[str, Any]) -> None:
+    """Before anything starts: pretrained GPT-2 needs the Hugging Face hub (or a local cache)."""
+    if config["model"] == PRETRAINED:
+        try:
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(PRETRAINED)
+        except Exception as exc:
+            raise ExperimentError(
+                f"model={PRETRAINED!r} needs the pretrained GPT-2 weights from the Hugging Face hub, "
+                f"which is not reachable and not cached here ({type(exc).__name__}).",
+                fix="Drop --set model=gpt2 to train the small GPT-2 built from its config, or run where "
+                "the hub is reachable (or HF_HOME holds a copy of gpt2).",
+            ) from exc
+    elif config["model"] != "small":
+        raise ExperimentError(
+            f"model must be 'small' or {PRETRAINED!r}, but got {config['model']!r}.",
+            fix="Use --set model=small (the default) or --set model=gpt2.",
+        )
+
+
+experiment = Experiment(
+    name="gpt2_lr",  # the MLflow experiment holding every sweep of this file
+    train_loop=train_loop,  # runs on every Ray Train worker
+    space={
+        "lr": tune.loguniform(1e-5, 1e-2),  # AdamW peak learning rate
+        "warmup_frac": tune.uniform(0.0, 0.2),  # share of max_steps spent warming up linearly
+        "weight_decay": tune.uniform(0.0, 0.1),  # AdamW decoupled weight decay
+    },
+    defaults={
+        "model": "small",  # "small": GPT-2 built from model_config; "gpt2": pretrained weights
+        "model_config": {
+            "n_layer": 2,  # transformer blocks
+            "n_embd": 128,  # width
+            "n_head": 4,  # attention heads
+            "context": 128,  # tokens per sequence
+        },
+        "train": {
+            "max_steps": 300,  # optimizer steps per trial
+            "eval_every": 50,  # steps between evaluations (one report and checkpoint each)
+            "batch_size": 16,  # sequences per step per worker
+            "eval_batches": 8,  # validation batches per evaluation
+            "grad_clip": 1.0,  # max gradient norm
+        },
+        "data": {"max_bytes": 2_000_000},  # bytes of standard-library source to train on
+    },
+    metric="val_loss",  # validation loss decides the best trial
+    mode="min",  # lower is better
+    scheduler="asha",  # stops poor trials at evaluation rungs 2, 4, 8, ...
+    scheduler_options={"max_t": 100, "grace_period": 2, "reduction_factor": 2},  # rungs in evaluations
+    searcher="optuna",  # Optuna's TPE, seeded from the root seed
+    num_samples=8,  # trials in the sweep
+    workers_per_trial=1,  # DDP processes per trial (try --workers-per-trial 2)
+    resources_per_worker={"CPU": 1},  # two trials side by side on 2 CPUs
+    stop=StopRule(max_trial_seconds=1800),  # a trial ends at max_steps, or after 30 minutes
+    seed=0,  # root seed: trial seeds and the searcher derive from it
+    checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_loss
+    preflight=preflight,  # checks --set model=... before anything starts
+)

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ray import tune
+
+from tests.conftest import EXPERIMENTS, write_experiment
+from tunetrain import Experiment, ExperimentError, StopRule, load_experiment
+
+HEADER = "from ray import tune\nfrom tunetrain import Experiment\n\ndef loop(config):\n    pass\n\n"
+VALID = 'Experiment(name="e", train_loop=loop, space={"lr": tune.uniform(0, 1)}, metric="loss", mode="min")'
+
+
+def make(**changes: object) -> Experiment:
+    fields: dict[str, object] = {
+        "name": "e",
+        "train_loop": lambda config: None,
+        "space": {"lr": tune.uniform(0, 1)},
+        "metric": "loss",
+        "mode": "min",
+    }
+    fields.update(changes)
+    return Experiment(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.py")), ids=lambda p: p.name)
+def test_every_shipped_experiment_loads(path: Path) -> None:
+    experiment = load_experiment(path)
+    # The loaded experiment remembers where it came from (recorded with each sweep).
+    assert experiment.source_path == str(path.resolve())
+
+
+def test_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="does not exist"):
+        load_experiment(tmp_path / "nope.py")
+
+
+def test_file_without_experiment_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="defines no Experiment"):
+        load_experiment(write_experiment(tmp_path, HEADER))
+
+
+def test_file_with_two_experiments_is_refused_naming_both(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, HEADER + f"a = {VALID}\nb = {VALID}\n")
+    with pytest.raises(ExperimentError, match=r"defines 2 Experiments \(a, b\)"):
+        load_experiment(path)
+
+
+def test_file_that_raises_on_import_is_reported_as_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="ZeroDivisionError"):
+        load_experiment(write_experiment(tmp_path, "1 / 0\n"))
+
+
+def test_space_value_that_is_not_a_distribution_is_refused() -> None:
+    with pytest.raises(ExperimentError) as info:
+        make(space={"opt": {"lr": object()}})
+    # The message names the offending key (dotted) and says what is allowed.
+    assert "'opt.lr'" in str(info.value)
+    assert "Ray Tune distribution" in str(info.value)
+
+
+def test_distribution_in_defaults_is_refused() -> None:
+    with pytest.raises(ExperimentError, match="defaults are fixed values"):
+        make(defaults={"lr": tune.uniform(0, 1)})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "pattern"),
+    [
+        ("mode", "maximize", "mode must be 'min' or 'max'"),
+        ("scheduler", "bohb", "Unknown scheduler 'bohb'; valid schedulers are asha, fifo"),
+        ("searcher", "smac", "Unknown searcher 'smac'; valid searchers are optuna, random"),
+        ("num_samples", 0, "num_samples must be an integer >= 1"),
+        ("workers_per_trial", -1, "workers_per_trial must be an integer >= 1"),
+        ("placement_strategy", "ANY", "Unknown placement_strategy 'ANY'"),
+    ],
+)
+def test_bad_fields_are_refused_with_the_rule_and_the_value(field: str, value: object, pattern: str) -> None:
+    with pytest.raises(ExperimentError, match=pattern):
+        make(**{field: value})
+
+
+def test_stop_rule_rejects_non_positive_budgets() -> None:
+    with pytest.raises(ExperimentError, match="max_iterations must be a positive number"):
+        StopRule(max_iterations=0)
+
+
+def test_use_gpu_adds_a_gpu_to_each_worker() -> None:
+    assert make(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources == {"CPU": 2.0, "GPU": 1.0}

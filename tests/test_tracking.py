@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tunetrain.tracking import PARENT_TAG, STATUS_TAG, SweepRecorder, default_tracking_uri
+
+
+def recorder(tmp_path: Path, **kwargs: object) -> SweepRecorder:
+    return SweepRecorder(tracking_uri=default_tracking_uri(tmp_path), experiment_name="exp", **kwargs)  # type: ignore[arg-type]
+
+
+def test_default_store_is_an_explicit_sqlite_file_in_the_folder(tmp_path: Path) -> None:
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+
+
+def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    parent = rec.start_sweep(run_name="sweep", params={"space.lr": "loguniform"}, tags={"tunetrain.metric": "loss"})
+    now = time.time()
+    rec.start_trial("trial_0000", params={"lr": 0.1, "opt.beta": 0.9, "tunetrain.seed": 7}, tags={}, start_time=now)
+    for step in (1, 2, 3):
+        rec.log_metrics("trial_0000", step=step, metrics={"loss": 1.0 / step, "acc": step / 10}, timestamp=now)
+    rec.end_trial("trial_0000", status="stopped_early", end_time=now + 1, tags={"tunetrain.iterations": 3})
+    rec.end_sweep(status="FINISHED", best_metrics={"best_loss": 1 / 3}, tags={}, best_trial="trial_0000", best_config={"lr": 0.1})
+    rec.flush()
+    child_id = rec.run_id("trial_0000")
+    rec.close()
+
+    client = MlflowClient(default_tracking_uri(tmp_path))
+    child = client.get_run(child_id)
+    # The child points at the parent and carries every param, the seed and its status.
+    assert child.data.tags[PARENT_TAG] == parent
+    assert child.data.params == {"lr": "0.1", "opt.beta": "0.9", "tunetrain.seed": "7"}
+    assert child.data.tags[STATUS_TAG] == "stopped_early"
+    assert child.info.status == "FINISHED"
+    # Every step of every metric is kept.
+    assert [m.step for m in client.get_metric_history(child_id, "loss")] == [1, 2, 3]
+    assert [m.value for m in client.get_metric_history(child_id, "acc")] == [0.1, 0.2, 0.3]
+    # The parent ends with the best trial's run id and metric.
+    parent_run = client.get_run(parent)  # type: ignore[arg-type]
+    assert parent_run.data.tags["tunetrain.best_run_id"] == child_id
+    assert parent_run.data.metrics == {"best_loss": pytest.approx(1 / 3)}
+    assert parent_run.info.status == "FINISHED"
+
+
+def test_metrics_go_out_in_batches_never_one_call_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = recorder(tmp_path)
+    rec.start_sweep(run_name="sweep", params={}, tags={})
+    calls: list[str] = []
+    monkeypatch.setattr(rec._client, "log_metric", lambda *a, **k: calls.append("log_metric"))
+    original = rec._client.log_batch
+
+    def log_batch(run_id: str, metrics: list[object] = (), **kwargs: object) -> None:  # type: ignore[assignment]
+        if metrics:
+            calls.append(f"log_batch:{len(metrics)}")
+        original(run_id, metrics=metrics, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rec._client, "log_batch", log_batch)
+    rec.start_trial("t", params={}, tags={}, start_time=time.time())
+    rec.log_metrics("t", step=1, metrics={f"m{i}": float(i) for i in range(20)}, timestamp=time.time())
+    rec.flush()
+    rec.close()
+    # Twenty metric keys of one report: one log_batch call, no log_metric call.
+    assert calls == ["log_batch:20"]
+
+
+def test_an_unreachable_store_is_reported_once_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    errors = io.StringIO()
+    # Port 9 (discard) on loopback: nothing listens there.
+    rec = SweepRecorder(tracking_uri="http://127.0.0.1:9", experiment_name="exp", error_stream=errors)
+    # Every call returns normally although nothing reaches MLflow.
+    assert rec.start_sweep(run_name="sweep", params={}, tags={}) is None
+    rec.start_trial("t", params={}, tags={}, start_time=time.time())
+    rec.log_metrics("t", step=1, metrics={"loss": 1.0}, timestamp=time.time())
+    rec.flush()
+    rec.close()
+    # One clear message, however many calls failed.
+    assert errors.getvalue().count("MLflow tracking error") == 1
+    assert rec.error_count >= 1
