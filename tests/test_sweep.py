@@ -1,0 +1,175 @@
+"""Real sweeps: a real local Ray, real TorchTrainer trials, a real sqlite MLflow store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+from tunetrain.seeding import derive_seed
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+KINDS = '''
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule, get_context
+
+
+def loop(config):
+    context = get_context()
+    for step in range(3):
+        if config["kind"] == "boom" and step == 1:
+            raise RuntimeError("boom at step 1")
+        loss = float("nan") if config["kind"] == "nan" and step == 1 else 1.0 / (step + 1)
+        ray.train.report({"loss": loss, "trial_seed": context.trial_seed, "worker_seed": context.worker_seed})
+
+
+experiment = Experiment(
+    name="kinds",
+    train_loop=loop,
+    space={"kind": tune.grid_search(["ok", "boom", "nan"])},
+    metric="loss",
+    mode="min",
+    scheduler="fifo",
+    searcher="random",
+    num_samples=1,
+    stop=StopRule(max_iterations=3),
+    seed=123,
+)
+'''
+
+
+def sweep_runs(workdir: Path, experiment: str) -> tuple[MlflowClient, Run, list[Run]]:
+    """The one parent run and the child runs of the only sweep in the store."""
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1, "exactly one parent run per sweep"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == len(runs) - 1, "every other run is a child of the sweep"
+    return client, parents[0], children
+
+
+def by_status(children: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for run in children:
+        out.setdefault(run.data.tags["tunetrain.status"], []).append(run)
+    return out
+
+
+def test_demo_sweep_runs_trials_side_by_side_with_asha_and_records_everything(workdir: Path) -> None:
+    status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--name", "demo")
+    assert status == 0, out
+    client, parent, children = sweep_runs(workdir, "mlp_digits")
+    # num_samples child runs, each with every param and a seed.
+    assert len(children) == 8
+    for run in children:
+        assert set(run.data.params) == {"lr", "hidden", "dropout", "batch_size", "epochs", "tunetrain.seed"}
+        index = int(run.data.tags["tunetrain.trial_index"])
+        assert run.data.params["tunetrain.seed"] == str(derive_seed(0, index))
+        # The full metric history: one point per training iteration, no gap, no duplicate.
+        iterations = int(run.data.tags["tunetrain.iterations"])
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")]
+        assert steps == list(range(1, iterations + 1))
+        assert Path(run.data.tags["tunetrain.checkpoint.best"]).is_dir()
+        assert run.data.tags["tunetrain.checkpoint.latest"]
+        assert run.info.status == "FINISHED"
+    statuses = by_status(children)
+    assert set(statuses) <= {"completed", "stopped_early"}
+    # ASHA stopped some trials before their last epoch, and let others finish.
+    assert statuses.get("stopped_early"), statuses.keys()
+    assert all(int(r.data.tags["tunetrain.iterations"]) < 12 for r in statuses["stopped_early"])
+    assert all(int(r.data.tags["tunetrain.iterations"]) == 12 for r in statuses.get("completed", []))
+    # Two trials really ran at once: some pair of child runs overlaps in time.
+    spans = sorted((r.info.start_time, r.info.end_time) for r in children)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
+    # The parent run carries the sweep's settings and ends with the best trial.
+    tags = parent.data.tags
+    assert tags["tunetrain.scheduler"] == "asha" and tags["tunetrain.searcher"] == "optuna"
+    assert tags["tunetrain.root_seed"] == "0" and len(tags["tunetrain.experiment_sha256"]) == 64
+    assert tags["tunetrain.best_run_id"] in {r.info.run_id for r in children}
+    best = max(children, key=lambda r: max(m.value for m in client.get_metric_history(r.info.run_id, "val_acc")))
+    assert parent.data.metrics["best_val_acc"] == pytest.approx(
+        max(m.value for m in client.get_metric_history(best.info.run_id, "val_acc"))
+    )
+    # The summary shows the top trials, the best config and how to open MLflow.
+    assert "Top 5 trials by val_acc (max)" in out
+    assert "Best config:" in out
+    assert f"mlflow ui --backend-store-uri sqlite:///{workdir / 'mlflow.db'}" in out
+    # Ray's own worker output stayed off the console.
+    assert "PYTHON worker processes" not in out and "(raylet)" not in out
+
+
+def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(workdir: Path) -> None:
+    path = write_experiment(workdir, KINDS)
+    status, out = run_cli("sweep", str(path))
+    assert status == 0, out  # one trial completed
+    client, parent, children = sweep_runs(workdir, "kinds")
+    runs: dict[str, Any] = {r.data.params["kind"]: r for r in children}
+    assert runs["ok"].data.tags["tunetrain.status"] == "completed"
+    assert runs["nan"].data.tags["tunetrain.status"] == "diverged"
+    boom = runs["boom"]
+    assert boom.data.tags["tunetrain.status"] == "failed"
+    assert boom.info.status == "FAILED"
+    assert "boom at step 1" in boom.data.tags["tunetrain.error"]
+    # What was reported before the failure stays recorded.
+    assert [m.step for m in client.get_metric_history(boom.info.run_id, "loss")] == [1]
+    # The seed recorded on the run is the one the worker was given (rank 0's is derived from it).
+    ok = runs["ok"]
+    seed = int(ok.data.params["tunetrain.seed"])
+    assert client.get_metric_history(ok.info.run_id, "trial_seed")[0].value == seed
+    assert client.get_metric_history(ok.info.run_id, "worker_seed")[0].value == derive_seed(seed, 0)
+    assert "1 trial(s): RuntimeError: boom at step 1" in out
+
+
+def test_a_sweep_where_every_trial_fails_exits_1_with_the_errors(workdir: Path) -> None:
+    path = write_experiment(workdir, KINDS)
+    status, out = run_cli("sweep", str(path), "--set", "kind=boom")
+    assert status == 1
+    assert "RuntimeError: boom at step 1" in out
+
+
+def test_a_metric_never_reported_stops_the_sweep_naming_the_reported_keys(workdir: Path) -> None:
+    path = write_experiment(workdir, KINDS.replace('metric="loss"', 'metric="val_loss"'))
+    status, out = run_cli("sweep", str(path), "--set", "kind=ok")
+    assert status == 2
+    assert "The experiment's metric 'val_loss' was never reported; the train loop reported: loss" in out
+    _, parent, children = sweep_runs(workdir, "kinds")
+    # Nothing stays RUNNING in MLflow.
+    assert parent.info.status != "RUNNING" and all(r.info.status != "RUNNING" for r in children)
+
+
+def test_two_worker_ddp_trial_runs_the_same_experiment_file(workdir: Path) -> None:
+    status, out = run_cli(
+        "sweep", str(EXPERIMENTS / "mlp_digits.py"), "--workers-per-trial", "2", "--num-samples", "1", "--set", "epochs=2"
+    )
+    assert status == 0, out
+    _, parent, children = sweep_runs(workdir, "mlp_digits")
+    assert parent.data.tags["tunetrain.workers_per_trial"] == "2"
+    # The loop ended by itself after 2 epochs: completed, not stopped early.
+    assert [r.data.tags["tunetrain.status"] for r in children] == ["completed"]
+    assert children[0].data.tags["tunetrain.iterations"] == "2"
+
+
+def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
+    status, out = run_cli(
+        "sweep",
+        str(EXPERIMENTS / "gpt2_lr.py"),
+        "--num-samples", "4",
+        "--set", "train.max_steps=60",
+        "--set", "train.eval_every=20",
+    )
+    assert status == 0, out
+    client, parent, children = sweep_runs(workdir, "gpt2_lr")
+    assert len(children) == 4
+    best = next(r for r in children if r.info.run_id == parent.data.tags["tunetrain.best_run_id"])
+    history = [m.value for m in sorted(client.get_metric_history(best.info.run_id, "val_loss"), key=lambda m: m.step)]
+    # The best trial's last evaluation beats its first.
+    assert history[-1] < history[0]
