@@ -113,10 +113,13 @@ def train_loop(config: dict[str, Any]) -> None:
         model.eval()
         val_gen = torch.Generator().manual_seed(0)  # the same validation batches every time
         with torch.no_grad():
-            val_loss = sum(
-                model(input_ids=(x := batch(val_ids, val_gen)), labels=x).loss.item()
-                for _ in range(train_cfg["eval_batches"])
-            ) / train_cfg["eval_batches"]
+            val_loss = (
+                sum(
+                    model(input_ids=(x := batch(val_ids, val_gen)), labels=x).loss.item()
+                    for _ in range(train_cfg["eval_batches"])
+                )
+                / train_cfg["eval_batches"]
+            )
         metrics = {
             "step": step,
             "train_loss": sum(losses) / len(losses),

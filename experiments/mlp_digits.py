@@ -32,7 +32,7 @@ def make_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
     x, y = load_digits(return_X_y=True)
     x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
     mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
-    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)
     return (
         TensorDataset(to_tensor(x_train), torch.tensor(y_train)),
         TensorDataset(to_tensor(x_val), torch.tensor(y_val)),
@@ -46,7 +46,7 @@ def train_loop(config: dict[str, Any]) -> None:
         DataLoader(train_set, batch_size=config["batch_size"], shuffle=True)
     )
     val_loader = ray.train.torch.prepare_data_loader(DataLoader(val_set, batch_size=256))
-    model = nn.Sequential(
+    model: nn.Module = nn.Sequential(
         nn.Linear(64, config["hidden"]),
         nn.ReLU(),
         nn.Dropout(config["dropout"]),

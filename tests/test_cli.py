@@ -44,7 +44,10 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
     ("argv", "expected"),
     [
         (["missing.py"], "does not exist"),
-        ([DEMO, "--set", "hiden=3"], "Unknown --set key 'hiden'; valid keys are: batch_size, dropout, epochs, hidden, lr"),
+        (
+            [DEMO, "--set", "hiden=3"],
+            "Unknown --set key 'hiden'; valid keys are: batch_size, dropout, epochs, hidden, lr",
+        ),
         ([DEMO, "--set", "hidden"], "--set takes key=value"),
         ([DEMO, "--scheduler", "bohb"], "Unknown scheduler 'bohb'; valid schedulers are asha, fifo"),
         ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, random"),

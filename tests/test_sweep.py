@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tunetrain.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
-KINDS = '''
+KINDS = """
 import ray.train
 from ray import tune
 from tunetrain import Experiment, StopRule, get_context
@@ -41,7 +42,7 @@ experiment = Experiment(
     stop=StopRule(max_iterations=3),
     seed=123,
 )
-'''
+"""
 
 
 def sweep_runs(workdir: Path, experiment: str) -> tuple[MlflowClient, Run, list[Run]]:
@@ -89,7 +90,7 @@ def test_demo_sweep_runs_trials_side_by_side_with_asha_and_records_everything(wo
     assert all(int(r.data.tags["tunetrain.iterations"]) == 12 for r in statuses.get("completed", []))
     # Two trials really ran at once: some pair of child runs overlaps in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
-    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
     # The parent run carries the sweep's settings and ends with the best trial.
     tags = parent.data.tags
     assert tags["tunetrain.scheduler"] == "asha" and tags["tunetrain.searcher"] == "optuna"
@@ -111,7 +112,7 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(workdir: 
     path = write_experiment(workdir, KINDS)
     status, out = run_cli("sweep", str(path))
     assert status == 0, out  # one trial completed
-    client, parent, children = sweep_runs(workdir, "kinds")
+    client, _parent, children = sweep_runs(workdir, "kinds")
     runs: dict[str, Any] = {r.data.params["kind"]: r for r in children}
     assert runs["ok"].data.tags["tunetrain.status"] == "completed"
     assert runs["nan"].data.tags["tunetrain.status"] == "diverged"
@@ -148,7 +149,14 @@ def test_a_metric_never_reported_stops_the_sweep_naming_the_reported_keys(workdi
 
 def test_two_worker_ddp_trial_runs_the_same_experiment_file(workdir: Path) -> None:
     status, out = run_cli(
-        "sweep", str(EXPERIMENTS / "mlp_digits.py"), "--workers-per-trial", "2", "--num-samples", "1", "--set", "epochs=2"
+        "sweep",
+        str(EXPERIMENTS / "mlp_digits.py"),
+        "--workers-per-trial",
+        "2",
+        "--num-samples",
+        "1",
+        "--set",
+        "epochs=2",
     )
     assert status == 0, out
     _, parent, children = sweep_runs(workdir, "mlp_digits")
@@ -162,9 +170,12 @@ def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
     status, out = run_cli(
         "sweep",
         str(EXPERIMENTS / "gpt2_lr.py"),
-        "--num-samples", "4",
-        "--set", "train.max_steps=60",
-        "--set", "train.eval_every=20",
+        "--num-samples",
+        "4",
+        "--set",
+        "train.max_steps=60",
+        "--set",
+        "train.eval_every=20",
     )
     assert status == 0, out
     client, parent, children = sweep_runs(workdir, "gpt2_lr")

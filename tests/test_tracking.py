@@ -26,9 +26,12 @@ def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) ->
     for step in (1, 2, 3):
         rec.log_metrics("trial_0000", step=step, metrics={"loss": 1.0 / step, "acc": step / 10}, timestamp=now)
     rec.end_trial("trial_0000", status="stopped_early", end_time=now + 1, tags={"tunetrain.iterations": 3})
-    rec.end_sweep(status="FINISHED", best_metrics={"best_loss": 1 / 3}, tags={}, best_trial="trial_0000", best_config={"lr": 0.1})
+    rec.end_sweep(
+        status="FINISHED", best_metrics={"best_loss": 1 / 3}, tags={}, best_trial="trial_0000", best_config={"lr": 0.1}
+    )
     rec.flush()
     child_id = rec.run_id("trial_0000")
+    assert child_id is not None and parent is not None
     rec.close()
 
     client = MlflowClient(default_tracking_uri(tmp_path))
@@ -42,7 +45,7 @@ def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) ->
     assert [m.step for m in client.get_metric_history(child_id, "loss")] == [1, 2, 3]
     assert [m.value for m in client.get_metric_history(child_id, "acc")] == [0.1, 0.2, 0.3]
     # The parent ends with the best trial's run id and metric.
-    parent_run = client.get_run(parent)  # type: ignore[arg-type]
+    parent_run = client.get_run(parent)
     assert parent_run.data.tags["tunetrain.best_run_id"] == child_id
     assert parent_run.data.metrics == {"best_loss": pytest.approx(1 / 3)}
     assert parent_run.info.status == "FINISHED"

@@ -46,7 +46,7 @@ class RecordingFIFO(_RecordsEarlyStops, FIFOScheduler):
 
 
 def _check_options(kind: str, name: str, cls: type, options: Mapping[str, Any]) -> None:
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "metric", "mode")]
+    valid = [p for p in inspect.signature(cls).parameters if p not in ("self", "metric", "mode")]
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ExperimentError(
@@ -81,9 +81,7 @@ def build_scheduler(experiment: Experiment) -> RecordingASHA | RecordingFIFO:
         ) from exc
 
 
-def build_searcher(
-    experiment: Experiment, *, seed: int, max_concurrent: int
-) -> tuple[SearchAlgorithm | Searcher, int]:
+def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) -> tuple[SearchAlgorithm | Searcher, int]:
     """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class)."""
     options = dict(experiment.searcher_options)
     if experiment.searcher == "random":

@@ -103,8 +103,12 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         return EXIT_OK
     if experiment.preflight is not None:
         experiment.preflight(_space.merge(experiment.defaults, {}))
-    print(f"Sweep {plan.sweep_name}: {experiment.num_samples} trials, at most {plan.max_concurrent} at once, "
-          f"metric {experiment.metric} ({experiment.mode}); tracking {tracking_uri}", file=stream, flush=True)
+    print(
+        f"Sweep {plan.sweep_name}: {experiment.num_samples} trials, at most {plan.max_concurrent} at once, "
+        f"metric {experiment.metric} ({experiment.mode}); tracking {tracking_uri}",
+        file=stream,
+        flush=True,
+    )
     log_dir = Path(plan.storage_path) / plan.sweep_name / "logs"
     ray_logs = tuner.connect(args.address, log_dir=log_dir)
     print(f"Ray logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})", file=stream, flush=True)
@@ -114,8 +118,11 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
     if outcome.bad_input:
-        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: report the metric named by the experiment "
-              f"(ray.train.report({{{experiment.metric!r}: ...}})) or change Experiment.metric.", file=stream)
+        print(
+            f"\ntunetrain: error: {outcome.bad_input}\n  Fix: report the metric named by the experiment "
+            f"(ray.train.report({{{experiment.metric!r}: ...}})) or change Experiment.metric.",
+            file=stream,
+        )
         return EXIT_BAD_INPUT
     if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
         return EXIT_OK

@@ -35,7 +35,7 @@ class LiveView:
         self._tty = stream.isatty()
 
     def line(self, trials: list[TrialRecord]) -> str:
-        counts = Counter(t.status for t in trials)
+        counts: Counter[str] = Counter(t.status for t in trials)
         pending = max(self.total - len(trials), 0)
         parts = [f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s]]
         if pending:
@@ -73,7 +73,7 @@ class LiveView:
 def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     """The end-of-sweep text: top trials, best config and metric, where to look in MLflow."""
     lines: list[str] = []
-    counts = Counter(t.status for t in outcome.trials)
+    counts: Counter[str] = Counter(t.status for t in outcome.trials)
     state = "interrupted" if outcome.interrupted else "finished"
     lines.append(
         f"Sweep {outcome.sweep_name} {state}: {len(outcome.trials)} trials ("
@@ -86,7 +86,13 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         keys = sorted({k for t in shown for k in flatten(t.config)})
         header = ["trial", "status", "iters", f"best {outcome.metric}", *keys]
         rows = [
-            [t.name, t.status, str(t.iterations), _fmt(t.best_value), *(_fmt(flatten(t.config).get(k, "")) for k in keys)]
+            [
+                t.name,
+                t.status,
+                str(t.iterations),
+                _fmt(t.best_value),
+                *(_fmt(flatten(t.config).get(k, "")) for k in keys),
+            ]
             for t in shown
         ]
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
@@ -102,7 +108,9 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             lines.append(f"Best run id: {outcome.run_ids[best.name]}")
     else:
         lines.append(f"No trial reported a finite {outcome.metric}.")
-    errors = Counter((t.error or "").strip().splitlines()[-1] for t in outcome.trials if t.status == "failed" and t.error)
+    errors = Counter(
+        (t.error or "").strip().splitlines()[-1] for t in outcome.trials if t.status == "failed" and t.error
+    )
     if errors:
         lines.append("")
         lines.append("Errors:")

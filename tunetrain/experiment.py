@@ -72,9 +72,7 @@ class CheckpointPolicy:
     score_order: Mode | None = None
 
     def __post_init__(self) -> None:
-        if self.num_to_keep is not None and (
-            not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
-        ):
+        if self.num_to_keep is not None and (not isinstance(self.num_to_keep, int) or self.num_to_keep < 1):
             raise ExperimentError(
                 f"CheckpointPolicy.num_to_keep must be an integer >= 1 or None, but got {self.num_to_keep!r}.",
                 fix="Use num_to_keep=None to keep every checkpoint.",

@@ -44,8 +44,9 @@ class TrialRecord:
 
 def rank_trials(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
     """Trials with a finite metric, best first (by each trial's best reported value)."""
-    scored = [t for t in trials if t.best_value is not None]
-    return sorted(scored, key=lambda t: t.best_value if mode == "min" else -t.best_value)  # type: ignore[operator]
+    scored = [(t.best_value, t) for t in trials if t.best_value is not None]
+    ordered = sorted(scored, key=lambda pair: pair[0] if mode == "min" else -pair[0])
+    return [t for _, t in ordered]
 
 
 @dataclasses.dataclass

@@ -55,9 +55,7 @@ def describe_resources(resources: Resources) -> str:
     return ", ".join(f"{key}={value:g}" for key, value in sorted(resources.items()) if key not in _IGNORED)
 
 
-def check_fit(
-    *, num_workers: int, worker: Resources, strategy: str, nodes: Sequence[Resources]
-) -> None:
+def check_fit(*, num_workers: int, worker: Resources, strategy: str, nodes: Sequence[Resources]) -> None:
     """Raise :class:`ExperimentError` when one trial can never be placed on these nodes."""
     bundles = [dict(worker)] * num_workers
     if _place(bundles, strategy, [dict(node) for node in nodes]):
@@ -73,9 +71,7 @@ def check_fit(
     )
 
 
-def max_concurrent_trials(
-    *, num_workers: int, worker: Resources, strategy: str, nodes: Sequence[Resources]
-) -> int:
+def max_concurrent_trials(*, num_workers: int, worker: Resources, strategy: str, nodes: Sequence[Resources]) -> int:
     """How many trials the nodes can run side by side (at least 1)."""
     free = [dict(node) for node in nodes]
     bundles = [dict(worker)] * num_workers

@@ -120,7 +120,7 @@ class SweepRecorder:
     def _guarded(self, task: Callable[[], None]) -> None:
         try:
             task()
-        except Exception as exc:  # noqa: BLE001 - a tracking error must never kill the sweep
+        except Exception as exc:
             self._report_error(exc)
 
     def _report_error(self, exc: BaseException) -> None:
@@ -140,9 +140,7 @@ class SweepRecorder:
             for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
                 self._client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS_PER_BATCH])
 
-    def _log_params_and_tags(
-        self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]
-    ) -> None:
+    def _log_params_and_tags(self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> None:
         param_list = [Param(key, _trim(str(value), _MAX_PARAM_LENGTH)) for key, value in params.items()]
         tag_list = [RunTag(key, _trim(str(value), _MAX_TAG_LENGTH)) for key, value in tags.items()]
         for start in range(0, len(param_list), _MAX_PARAMS_PER_BATCH):
@@ -158,9 +156,7 @@ class SweepRecorder:
 
     # -- the sweep -------------------------------------------------------------------
 
-    def start_sweep(
-        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]
-    ) -> str | None:
+    def start_sweep(self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> str | None:
         """Create the sweep's parent run (synchronously); returns its run id, None on a tracking error."""
         done = threading.Event()
 

@@ -29,7 +29,7 @@ from tunetrain.seeding import derive_seed, seed_everything
 # A trial driver that takes Tune's default 1 CPU starves its own Train workers on a small
 # machine (two trials on 2 CPUs deadlock), and Ray rejects {"CPU": 0}; a token memory
 # request gives the driver a resource bundle that costs nothing schedulable.
-DRIVER_RESOURCES = {"memory": 1}
+DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
 
 # The key under which Train's TuneReportCallback passes a reported checkpoint's path.
 CHECKPOINT_KEY = CHECKPOINT_PATH_KEY
@@ -131,11 +131,11 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         run_config=RunConfig(
             name=f"{name}-{uuid.uuid4().hex[:8]}",
             storage_path=spec.storage_path,
-            callbacks=[TuneReportCallback()],
+            callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train V2 UserCallback
             checkpoint_config=CheckpointConfig(
                 num_to_keep=spec.num_to_keep,
                 checkpoint_score_attribute=spec.score_attribute,
-                checkpoint_score_order=spec.score_order,  # type: ignore[arg-type]
+                checkpoint_score_order=spec.score_order,
             ),
             failure_config=FailureConfig(max_failures=spec.max_failures),
         ),

@@ -123,7 +123,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     _route_ray_logging(log_dir / "ray_driver.log")
     _route_raylet_messages()
     try:
-        node = ray._private.worker._global_node  # noqa: SLF001 - the only way to name Ray's log folder
+        node = ray._private.worker._global_node
         return str(node.get_logs_dir_path()) if node is not None else "/tmp/ray/session_latest/logs"
     except AttributeError:
         return "/tmp/ray/session_latest/logs"
@@ -167,9 +167,7 @@ def _route_raylet_messages() -> None:
 
 def cluster_nodes() -> list[dict[str, float]]:
     return [
-        {key: float(value) for key, value in node["Resources"].items()}
-        for node in ray.nodes()
-        if node.get("Alive")
+        {key: float(value) for key, value in node["Resources"].items()} for node in ray.nodes() if node.get("Alive")
     ]
 
 
@@ -190,8 +188,7 @@ def plan_sweep(
     worker = experiment.worker_resources
     if experiment.use_gpu and not any(node.get("GPU", 0) > 0 for node in nodes):
         raise ExperimentError(
-            f"use_gpu=True, but the cluster has no GPU (nodes: "
-            f"{'; '.join(describe_resources(n) for n in nodes)}).",
+            f"use_gpu=True, but the cluster has no GPU (nodes: {'; '.join(describe_resources(n) for n in nodes)}).",
             fix="Drop --use-gpu / use_gpu=True, or connect to a cluster with GPUs via --address.",
         )
     check_fit(
@@ -357,7 +354,9 @@ class SweepCallback(tune.Callback):
         )
         self.view.update(self._trials(), force=True)
 
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
         record = self.records.get(trial.trial_id)
         if record is None:
             return
@@ -409,7 +408,9 @@ class SweepCallback(tune.Callback):
         tags: dict[str, Any] = {"tunetrain.iterations": record.iterations}
         if best is not None:
             tags["tunetrain.checkpoint.best"] = best["path"]
-        artifacts = {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
+        artifacts = (
+            {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
+        )
         self.recorder.end_trial(
             record.name, status=status, end_time=record.end_time, tags=tags, error=error, artifacts=artifacts
         )
