@@ -65,41 +65,28 @@ def test_bad_input_exits_2_with_the_rule_the_value_and_a_fix(argv: list[str], ex
     assert "Traceback" not in out
 
 
-def test_bad_mode_in_the_file_exits_2(workdir: Path) -> None:
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ("space={'x': tune.uniform(0, 1)}, mode='lowest'", "mode must be 'min' or 'max', but got 'lowest'"),
+        ("space={'x': range(3)}, mode='min'", "Search-space value 'x' must be a Ray Tune distribution"),
+        (
+            "space={'x': tune.uniform(0, 1)}, mode='min', scheduler_options={'grace': 2}",
+            # The valid options are listed after the unknown one.
+            "Unknown scheduler option(s) 'grace' for scheduler 'asha' (AsyncHyperBandScheduler); "
+            "valid options are: time_attr, max_t, grace_period",
+        ),
+    ],
+)
+def test_bad_experiment_file_exits_2(workdir: Path, fields: str, expected: str) -> None:
     path = write_experiment(
         workdir,
         "from ray import tune\nfrom tunetrain import Experiment\n"
-        "experiment = Experiment(name='e', train_loop=lambda c: None, space={'x': tune.uniform(0, 1)},"
-        " metric='loss', mode='lowest')\n",
+        f"experiment = Experiment(name='e', train_loop=lambda c: None, metric='loss', {fields})\n",
     )
     status, out = run_cli("sweep", str(path))
     assert status == 2
-    assert "mode must be 'min' or 'max', but got 'lowest'" in out
-
-
-def test_bad_space_value_in_the_file_exits_2(workdir: Path) -> None:
-    path = write_experiment(
-        workdir,
-        "from tunetrain import Experiment\n"
-        "experiment = Experiment(name='e', train_loop=lambda c: None, space={'x': range(3)},"
-        " metric='loss', mode='min')\n",
-    )
-    status, out = run_cli("sweep", str(path))
-    assert status == 2
-    assert "Search-space value 'x' must be a Ray Tune distribution" in out
-
-
-def test_unknown_scheduler_option_lists_the_valid_ones(workdir: Path) -> None:
-    path = write_experiment(
-        workdir,
-        "from ray import tune\nfrom tunetrain import Experiment\n"
-        "experiment = Experiment(name='e', train_loop=lambda c: None, space={'x': tune.uniform(0, 1)},"
-        " metric='loss', mode='min', scheduler_options={'grace': 2})\n",
-    )
-    status, out = run_cli("sweep", str(path))
-    assert status == 2
-    assert "Unknown scheduler option(s) 'grace' for scheduler 'asha'" in out
-    assert "grace_period" in out  # the valid options are listed
+    assert expected in out
 
 
 def test_pretrained_gpt2_without_a_hub_is_refused_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
