@@ -102,7 +102,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         print(tuner.describe_plan(plan), file=stream)
         return EXIT_OK
     if experiment.preflight is not None:
-        experiment.preflight(_space.merge(experiment.defaults, {}))
+        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     print(
         f"Sweep {plan.sweep_name}: {experiment.num_samples} trials, at most {plan.max_concurrent} at once, "
         f"metric {experiment.metric} ({experiment.mode}); tracking {tracking_uri}",

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import TextIO
 
 from tunetrain._space import flatten
-from tunetrain.records import SweepOutcome, TrialRecord, rank_trials
+from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials
 
 _ORDER = ("running", "completed", "stopped_early", "diverged", "failed", "interrupted")
 
@@ -108,9 +108,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             lines.append(f"Best run id: {outcome.run_ids[best.name]}")
     else:
         lines.append(f"No trial reported a finite {outcome.metric}.")
-    errors = Counter(
-        (t.error or "").strip().splitlines()[-1] for t in outcome.trials if t.status == "failed" and t.error
-    )
+    errors = Counter(error_headline(t.error) for t in outcome.trials if t.status == "failed" and t.error)
     if errors:
         lines.append("")
         lines.append("Errors:")

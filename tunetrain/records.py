@@ -28,7 +28,7 @@ class TrialRecord:
     start_time: float = 0.0
     end_time: float | None = None
 
-    def observe(self, metric: str, mode: str, value: float) -> None:
+    def observe(self, mode: str, value: float) -> None:
         """Keep the best finite value of the sweep's metric seen so far."""
         if not math.isfinite(value):
             return
@@ -40,6 +40,12 @@ class TrialRecord:
         if not scored:
             return self.checkpoints[-1] if self.checkpoints else None
         return (min if order == "min" else max)(scored, key=lambda c: c["score"])
+
+
+def error_headline(text: str) -> str:
+    """The last non-empty line of an error text (for a traceback: the exception itself)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no message)"
 
 
 def rank_trials(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:

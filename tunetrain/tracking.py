@@ -251,7 +251,10 @@ class SweepRecorder:
         def task() -> None:
             run_id = self._run_id(trial)
             if run_id is not None:
-                self._pending_metrics.setdefault(run_id, []).extend(points)
+                pending = self._pending_metrics.setdefault(run_id, [])
+                pending.extend(points)
+                if len(pending) >= _MAX_METRICS_PER_BATCH:  # a full batch goes out at once
+                    self._flush_metrics()
 
         self._submit(task)
 
@@ -271,9 +274,11 @@ class SweepRecorder:
         end_time: float,
         tags: Mapping[str, Any],
         error: str | None = None,
+        error_headline: str = "",
         artifacts: Mapping[str, Any] | None = None,
     ) -> None:
-        """Close the trial's run with its tunetrain status (and error text when it failed)."""
+        """Close the trial's run with its tunetrain status; a failed trial's full error goes to
+        ``error.txt`` and its headline (the exception line) to the ``tunetrain.error`` tag."""
 
         def task() -> None:
             run_id = self._run_id(trial)
@@ -282,7 +287,7 @@ class SweepRecorder:
             self._flush_metrics()
             all_tags = {STATUS_TAG: status, **tags}
             if error:
-                all_tags[ERROR_TAG] = _trim(error.strip().splitlines()[-1], 500)
+                all_tags[ERROR_TAG] = _trim(error_headline or error, 500)
                 self._client.log_text(run_id, error, "error.txt")
             for name, content in (artifacts or {}).items():
                 self._client.log_dict(run_id, content, name)

@@ -29,7 +29,7 @@ from tunetrain.algorithms import build_scheduler, build_searcher
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
-from tunetrain.records import ENDED, SweepOutcome, TrialRecord
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord, error_headline
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import derive_seed, draw_root_seed
 from tunetrain.tracking import SweepRecorder
@@ -112,7 +112,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Tune's newer console output prints a banner even at verbose=0; the classic one is silent.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    _route_ray_logging(log_dir / "ray_driver.log")
+    _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
     if not ray.is_initialized():
         ray.init(
             address=address,
@@ -120,7 +120,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
             logging_level=logging.WARNING,
             runtime_env={"env_vars": env},
         )
-    _route_ray_logging(log_dir / "ray_driver.log")
+    _route_ray_logging(log_dir / "ray_driver.log")  # ray.init puts its console handler back
     _route_raylet_messages()
     try:
         node = ray._private.worker._global_node
@@ -139,6 +139,8 @@ def _route_ray_logging(path: Path) -> None:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
+            if isinstance(old, logging.FileHandler):
+                old.close()
         logger.addHandler(handler)
         logger.propagate = False
 
@@ -365,7 +367,7 @@ class SweepCallback(tune.Callback):
         record.iterations = step
         record.last = metrics
         if self.plan.experiment.metric in metrics:
-            record.observe(self.plan.experiment.metric, self.plan.experiment.mode, metrics[self.plan.experiment.metric])
+            record.observe(self.plan.experiment.mode, metrics[self.plan.experiment.metric])
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
         checkpoint = result.get(CHECKPOINT_KEY)
         if checkpoint:
@@ -412,7 +414,13 @@ class SweepCallback(tune.Callback):
             {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
         )
         self.recorder.end_trial(
-            record.name, status=status, end_time=record.end_time, tags=tags, error=error, artifacts=artifacts
+            record.name,
+            status=status,
+            end_time=record.end_time,
+            tags=tags,
+            error=error,
+            error_headline=error_headline(error) if error else "",
+            artifacts=artifacts,
         )
         self.view.update(self._trials(), force=True)
 
