@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,10 @@ def test_pretrained_gpt2_without_a_hub_is_refused_before_anything_starts(monkeyp
     status, out = run_cli("sweep", str(EXPERIMENTS / "gpt2_lr.py"), "--set", "model=gpt2")
     assert status == 2
     assert "needs the pretrained GPT-2 weights from the Hugging Face hub" in out
+
+
+@pytest.mark.parametrize("command", [["tunetrain"], [sys.executable, "-m", "tunetrain"]], ids=["script", "module"])
+def test_console_script_and_module_both_run_the_cli(command: list[str]) -> None:
+    result = subprocess.run([*command, "sweep", "--help"], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0
+    assert "--num-samples" in result.stdout and "--dry-run" in result.stdout

@@ -46,6 +46,12 @@ class RecordingFIFO(_RecordsEarlyStops, FIFOScheduler):
 
 
 def _check_options(kind: str, name: str, cls: type, options: Mapping[str, Any]) -> None:
+    for key in ("metric", "mode"):
+        if key in options:
+            raise ExperimentError(
+                f"{kind}_options must not set {key!r} (got {options[key]!r}): it comes from the experiment.",
+                fix=f"Set Experiment.{key} instead.",
+            )
     valid = [p for p in inspect.signature(cls).parameters if p not in ("self", "metric", "mode")]
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -54,12 +60,6 @@ def _check_options(kind: str, name: str, cls: type, options: Mapping[str, Any]) 
             f"({cls.__name__}); valid options are: {', '.join(valid) or '(none)'}.",
             fix=f"Use only those keys in {kind}_options.",
         )
-    for key in ("metric", "mode"):
-        if key in options:
-            raise ExperimentError(
-                f"{kind}_options must not set {key!r} (got {options[key]!r}): it comes from the experiment.",
-                fix=f"Set Experiment.{key} instead.",
-            )
 
 
 def build_scheduler(experiment: Experiment) -> RecordingASHA | RecordingFIFO:

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from tunetrain.console import LiveView, summary
+from tunetrain.records import SweepOutcome, TrialRecord
+
+
+def record(name: str, status: Any, best: float | None, error: str | None = None) -> TrialRecord:
+    index = int(name.split("_")[1])
+    return TrialRecord(
+        name=name,
+        index=index,
+        trial_id=name,
+        config={"lr": 0.1 * (index + 1)},
+        seed=index,
+        status=status,
+        best_value=best,
+        error=error,
+    )
+
+
+def test_live_line_counts_states_and_shows_the_best_so_far() -> None:
+    view = LiveView(metric="loss", mode="min", total=5, stream=io.StringIO())
+    line = view.line([record("trial_0000", "running", 0.5), record("trial_0001", "stopped_early", 0.2)])
+    assert "2/5 trials: 3 pending, 1 running, 1 stopped early | best loss=0.2 (trial_0001)" in line
+
+
+def test_live_view_prints_only_changes_when_not_on_a_terminal() -> None:
+    stream = io.StringIO()
+    view = LiveView(metric="loss", mode="min", total=2, stream=stream, min_interval_s=0.0)
+    trials = [record("trial_0000", "running", None)]
+    view.update(trials)
+    view.update(trials)  # nothing changed: nothing printed
+    trials[0].status = "completed"
+    view.update(trials)
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_summary_ranks_trials_and_groups_errors() -> None:
+    outcome = SweepOutcome(
+        sweep_name="s",
+        sweep_id="id",
+        metric="acc",
+        mode="max",
+        trials=[
+            record("trial_0000", "completed", 0.7),
+            record("trial_0001", "completed", 0.9),
+            record("trial_0002", "failed", None, error="Traceback ...\nValueError: bad\n"),
+            record("trial_0003", "failed", None, error="Traceback ...\nValueError: bad"),
+        ],
+        experiment_id="1",
+        parent_run_id="p",
+        tracking_uri="sqlite:///x.db",
+        run_ids={"trial_0001": "r1"},
+    )
+    text = summary(outcome, ui_command="mlflow ui --backend-store-uri sqlite:///x.db")
+    # Best first (mode max), with its config and MLflow run id.
+    assert text.index("trial_0001  completed") < text.index("trial_0000  completed")
+    assert 'Best config: {"lr": 0.2}' in text and "Best run id: r1" in text
+    # The same error of two trials is listed once, with its count.
+    assert "2 trial(s): ValueError: bad" in text
+    assert "mlflow ui --backend-store-uri sqlite:///x.db" in text
