@@ -6,8 +6,11 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tunetrain import Experiment
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
@@ -36,6 +39,21 @@ def run_cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     status = main(list(argv), stream=out)
     return status, out.getvalue()
+
+
+def make_experiment(**changes: Any) -> Experiment:
+    """A valid minimal Experiment, with ``changes`` applied (and validated)."""
+    from ray import tune
+
+    fields: dict[str, Any] = {
+        "name": "e",
+        "train_loop": lambda config: None,
+        "space": {"lr": tune.uniform(0, 1)},
+        "metric": "loss",
+        "mode": "min",
+    }
+    fields.update(changes)
+    return Experiment(**fields)
 
 
 def write_experiment(folder: Path, body: str, name: str = "exp.py") -> Path:

@@ -8,45 +8,36 @@ from ray import tune
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import BasicVariantGenerator
 
-from tunetrain import Experiment, ExperimentError, StopRule
+from tests.conftest import make_experiment
+from tunetrain import ExperimentError, StopRule
 from tunetrain.algorithms import RecordingASHA, build_scheduler, build_searcher
 
 
-def make(**changes: Any) -> Experiment:
-    fields: dict[str, Any] = {
-        "name": "e",
-        "train_loop": lambda config: None,
-        "space": {"lr": tune.uniform(0, 1)},
-        "metric": "loss",
-        "mode": "min",
-    }
-    fields.update(changes)
-    return Experiment(**fields)
-
-
 def test_asha_takes_its_budget_from_the_stop_rule() -> None:
-    scheduler = build_scheduler(make(stop=StopRule(max_iterations=12)))
+    scheduler = build_scheduler(make_experiment(stop=StopRule(max_iterations=12)))
     assert isinstance(scheduler, RecordingASHA)
     assert scheduler._max_t == 12
 
 
 def test_user_options_override_the_derived_defaults() -> None:
-    scheduler: Any = build_scheduler(make(stop=StopRule(max_iterations=12), scheduler_options={"max_t": 5}))
+    scheduler: Any = build_scheduler(make_experiment(stop=StopRule(max_iterations=12), scheduler_options={"max_t": 5}))
     assert scheduler._max_t == 5
 
 
 def test_invalid_asha_options_are_bad_input_not_an_assertion() -> None:
     with pytest.raises(ExperimentError, match="Invalid ASHA options"):
-        build_scheduler(make(scheduler_options={"max_t": 2, "grace_period": 5}))
+        build_scheduler(make_experiment(scheduler_options={"max_t": 2, "grace_period": 5}))
 
 
 def test_options_may_not_override_metric_or_mode() -> None:
     with pytest.raises(ExperimentError, match="it comes from the experiment"):
-        build_scheduler(make(scheduler_options={"metric": "acc"}))
+        build_scheduler(make_experiment(scheduler_options={"metric": "acc"}))
 
 
 def test_scheduler_remembers_early_stops_but_not_the_final_repeat_of_a_finished_trial() -> None:
-    scheduler: Any = build_scheduler(make(scheduler="asha", scheduler_options={"max_t": 4, "grace_period": 1}))
+    scheduler: Any = build_scheduler(
+        make_experiment(scheduler="asha", scheduler_options={"max_t": 4, "grace_period": 1})
+    )
     scheduler.set_search_properties("loss", "min")
     good, bad, done = (SimpleNamespace(trial_id=name) for name in ("good", "bad", "done"))
     for trial in (good, bad, done):
@@ -62,7 +53,7 @@ def test_scheduler_remembers_early_stops_but_not_the_final_repeat_of_a_finished_
 
 
 def test_random_searcher_is_seeded_and_counts_trials_from_zero() -> None:
-    searcher, first = build_searcher(make(searcher="random"), seed=7, max_concurrent=2)
+    searcher, first = build_searcher(make_experiment(searcher="random"), seed=7, max_concurrent=2)
     assert isinstance(searcher, BasicVariantGenerator)
     assert first == 0
 
@@ -70,7 +61,7 @@ def test_random_searcher_is_seeded_and_counts_trials_from_zero() -> None:
 def test_optuna_searcher_is_seeded_and_suggests_the_same_sequence_again() -> None:
     def suggestions() -> list[Any]:
         searcher: Any
-        searcher, first = build_searcher(make(), seed=3, max_concurrent=2)
+        searcher, first = build_searcher(make_experiment(), seed=3, max_concurrent=2)
         assert first == 1  # Tune's SearchGenerator counts trials from 1
         searcher.set_search_properties("loss", "min", {"lr": tune.uniform(0, 1)})
         return [searcher.suggest(f"t{i}") for i in range(3)]

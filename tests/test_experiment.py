@@ -5,23 +5,11 @@ from pathlib import Path
 import pytest
 from ray import tune
 
-from tests.conftest import EXPERIMENTS, write_experiment
-from tunetrain import Experiment, ExperimentError, StopRule, load_experiment
+from tests.conftest import EXPERIMENTS, make_experiment, write_experiment
+from tunetrain import ExperimentError, StopRule, load_experiment
 
 HEADER = "from ray import tune\nfrom tunetrain import Experiment\n\ndef loop(config):\n    pass\n\n"
 VALID = 'Experiment(name="e", train_loop=loop, space={"lr": tune.uniform(0, 1)}, metric="loss", mode="min")'
-
-
-def make(**changes: object) -> Experiment:
-    fields: dict[str, object] = {
-        "name": "e",
-        "train_loop": lambda config: None,
-        "space": {"lr": tune.uniform(0, 1)},
-        "metric": "loss",
-        "mode": "min",
-    }
-    fields.update(changes)
-    return Experiment(**fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.py")), ids=lambda p: p.name)
@@ -54,7 +42,7 @@ def test_file_that_raises_on_import_is_reported_as_bad_input(tmp_path: Path) -> 
 
 def test_space_value_that_is_not_a_distribution_is_refused() -> None:
     with pytest.raises(ExperimentError) as info:
-        make(space={"opt": {"lr": object()}})
+        make_experiment(space={"opt": {"lr": object()}})
     # The message names the offending key (dotted) and says what is allowed.
     assert "'opt.lr'" in str(info.value)
     assert "Ray Tune distribution" in str(info.value)
@@ -62,7 +50,7 @@ def test_space_value_that_is_not_a_distribution_is_refused() -> None:
 
 def test_distribution_in_defaults_is_refused() -> None:
     with pytest.raises(ExperimentError, match="defaults are fixed values"):
-        make(defaults={"lr": tune.uniform(0, 1)})
+        make_experiment(defaults={"lr": tune.uniform(0, 1)})
 
 
 @pytest.mark.parametrize(
@@ -78,7 +66,7 @@ def test_distribution_in_defaults_is_refused() -> None:
 )
 def test_bad_fields_are_refused_with_the_rule_and_the_value(field: str, value: object, pattern: str) -> None:
     with pytest.raises(ExperimentError, match=pattern):
-        make(**{field: value})
+        make_experiment(**{field: value})
 
 
 def test_stop_rule_rejects_non_positive_budgets() -> None:
@@ -87,4 +75,4 @@ def test_stop_rule_rejects_non_positive_budgets() -> None:
 
 
 def test_use_gpu_adds_a_gpu_to_each_worker() -> None:
-    assert make(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources == {"CPU": 2.0, "GPU": 1.0}
+    assert make_experiment(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources == {"CPU": 2.0, "GPU": 1.0}
