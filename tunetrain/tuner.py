@@ -72,7 +72,6 @@ class SweepPlan:
     max_concurrent: int
     nodes: list[dict[str, float]]
     command: str
-    searcher: str
 
     @property
     def param_space(self) -> dict[str, Any]:
@@ -233,7 +232,6 @@ def plan_sweep(
         max_concurrent=max_concurrent,
         nodes=nodes,
         command=shlex.join(argv if argv is not None else sys.argv),
-        searcher=searcher,
     )
 
 
@@ -251,7 +249,7 @@ def describe_plan(plan: SweepPlan) -> str:
     lines += [
         f"Metric: {exp.metric} ({exp.mode})",
         f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
-        f"Searcher: {plan.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
+        f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
         f"Trials: {exp.num_samples}, at most {plan.max_concurrent} at once",
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
@@ -455,7 +453,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.experiment_file": exp.source_path or "",
         "tunetrain.experiment_sha256": file_sha256(exp.source_path) if exp.source_path else "",
         "tunetrain.scheduler": exp.scheduler,
-        "tunetrain.searcher": plan.searcher,
+        "tunetrain.searcher": exp.searcher,
         "tunetrain.metric": exp.metric,
         "tunetrain.mode": exp.mode,
         "tunetrain.num_samples": exp.num_samples,
@@ -523,7 +521,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 scheduler=scheduler,
                 search_alg=searcher,
                 num_samples=exp.num_samples,
-                max_concurrent_trials=plan.max_concurrent if plan.searcher != "random" else None,
+                max_concurrent_trials=plan.max_concurrent if exp.searcher != "random" else None,
                 time_budget_s=exp.stop.time_budget_s,
                 trial_name_creator=TrialNamer(first),
                 trial_dirname_creator=trial_dirname,
