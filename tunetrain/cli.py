@@ -29,6 +29,12 @@ def sweep_parser(subparsers: Any) -> None:
     parser.add_argument("--searcher", help="optuna or random")
     parser.add_argument("--workers-per-trial", type=int, help="Ray Train workers (DDP processes) per trial")
     parser.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
+    parser.add_argument(
+        "--trial-runner",
+        choices=("auto", "in_process", "torch_trainer"),
+        help="in_process: single-worker trials run in a reused process (fast start); "
+        "torch_trainer: a TorchTrainer per trial; auto (default): in_process for 1 worker",
+    )
     parser.add_argument("--max-concurrent", type=int, help="trials run at once (default: what the cluster fits)")
     parser.add_argument("--address", help="Ray cluster to use (auto, HOST:PORT, ray://HOST:10001); default: embedded")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
@@ -61,6 +67,7 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
         ("workers_per_trial", "workers_per_trial"),
         ("use_gpu", "use_gpu"),
         ("max_concurrent", "max_concurrent"),
+        ("trial_runner", "trial_runner"),
         ("seed", "seed"),
     ):
         value = getattr(args, flag)

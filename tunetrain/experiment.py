@@ -26,10 +26,12 @@ from tunetrain.errors import ExperimentError
 
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+TrialRunner = Literal["auto", "in_process", "torch_trainer"]
 
 SCHEDULERS = ("asha", "fifo")
 SEARCHERS = ("optuna", "random")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+TRIAL_RUNNERS = ("auto", "in_process", "torch_trainer")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,6 +111,12 @@ class Experiment:
         seed: the sweep's root seed; every trial's seed derives from it.
         checkpoint: how many checkpoints to keep, ranked by which score.
         max_concurrent: trials run at once; None means as many as the cluster fits.
+        trial_runner: how a trial runs its train loop. "torch_trainer": a Ray Train
+            ``TorchTrainer`` per trial (controller and worker actors, DDP). "in_process": the
+            train loop runs inside the Tune trial's own (reused) process behind Ray Train's
+            local-mode API, so ``ray.train.report``/``get_checkpoint``/``prepare_model`` work
+            unchanged, without the ~20 s start-up of a TorchTrainer; one worker only.
+            "auto" (default): "in_process" for one worker per trial, else "torch_trainer".
         preflight: called on the driver with the resolved fixed config before anything
             starts; it raises :class:`ExperimentError` when the experiment cannot run here.
     """
@@ -132,6 +140,7 @@ class Experiment:
     seed: int | None = None
     checkpoint: CheckpointPolicy = dataclasses.field(default_factory=CheckpointPolicy)
     max_concurrent: int | None = None
+    trial_runner: TrialRunner = "auto"
     preflight: Callable[[dict[str, Any]], None] | None = None
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
@@ -150,6 +159,13 @@ class Experiment:
         if self.use_gpu:
             resources.setdefault("GPU", 1.0)
         return {key: float(value) for key, value in resources.items()}
+
+    @property
+    def in_process(self) -> bool:
+        """Whether trials run their train loop in the Tune trial's process (see ``trial_runner``)."""
+        if self.trial_runner == "auto":
+            return self.workers_per_trial == 1
+        return self.trial_runner == "in_process"
 
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -191,6 +207,17 @@ class Experiment:
                 f"Unknown placement_strategy {self.placement_strategy!r}; valid strategies are "
                 f"{', '.join(PLACEMENT_STRATEGIES)}.",
                 fix="Pick one of those names.",
+            )
+        if self.trial_runner not in TRIAL_RUNNERS:
+            raise ExperimentError(
+                f"Unknown trial_runner {self.trial_runner!r}; valid trial runners are {', '.join(TRIAL_RUNNERS)}.",
+                fix="Pick one of those names (in the experiment file or with --trial-runner).",
+            )
+        if self.trial_runner == "in_process" and self.workers_per_trial != 1:
+            raise ExperimentError(
+                f"trial_runner='in_process' runs one worker per trial, but got workers_per_trial="
+                f"{self.workers_per_trial}.",
+                fix="Use trial_runner='auto' or 'torch_trainer' for multi-worker (DDP) trials.",
             )
         for key, value in (self.resources_per_worker or {}).items():
             if not isinstance(value, int | float) or value < 0 or math.isnan(value):

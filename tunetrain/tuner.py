@@ -39,6 +39,7 @@ from tunetrain.trial import (
     TrialNamer,
     TrialSpec,
     run_trial,
+    run_trial_in_process,
     trial_dirname,
     trial_index,
 )
@@ -254,7 +255,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
         f"Per trial: {exp.workers_per_trial} worker(s) x ({describe_resources(exp.worker_resources)}), "
-        f"placement {exp.placement_strategy}",
+        f"placement {exp.placement_strategy}, " + ("in process (reused)" if exp.in_process else "a TorchTrainer each"),
         f"Cluster: {plan.address or 'embedded local Ray'}; "
         + "; ".join(describe_resources(node) for node in plan.nodes),
         f"Root seed: {plan.root_seed}",
@@ -367,12 +368,21 @@ class SweepCallback(tune.Callback):
         if self.plan.experiment.metric in metrics:
             record.observe(self.plan.experiment.mode, metrics[self.plan.experiment.metric])
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
-        checkpoint = result.get(CHECKPOINT_KEY)
+        checkpoint = result.get(CHECKPOINT_KEY)  # a TorchTrainer trial's checkpoint
         if checkpoint:
-            score = metrics.get(self.score_attribute)
-            record.checkpoints.append({"step": step, "path": str(checkpoint), "score": score})
-            self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": checkpoint})
+            self._add_checkpoint(record, str(checkpoint))
         self.view.update(self._trials())
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        # An in-process trial's checkpoint, persisted by Tune after the result it came with.
+        record = self.records.get(trial.trial_id)
+        if record is not None:
+            self._add_checkpoint(record, str(checkpoint.path))
+
+    def _add_checkpoint(self, record: TrialRecord, path: str) -> None:
+        score = record.last.get(self.score_attribute)
+        record.checkpoints.append({"step": record.iterations, "path": path, "score": score})
+        self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": path})
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         record = self.records.get(trial.trial_id)
@@ -459,6 +469,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.num_samples": exp.num_samples,
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.workers_per_trial": exp.workers_per_trial,
+        "tunetrain.trial_runner": "in_process" if exp.in_process else "torch_trainer",
         "tunetrain.max_concurrent": plan.max_concurrent,
         "tunetrain.storage_path": f"{plan.storage_path}/{plan.sweep_name}",
         "tunetrain.command": plan.command,
@@ -512,8 +523,14 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             score_attribute=exp.checkpoint.score_attribute or exp.metric,
             score_order=exp.checkpoint.score_order or exp.mode,
         )
+        if exp.in_process:
+            # The trial itself trains: it holds the worker's resources, and Tune reuses its
+            # process for the next trial (no start-up per trial).
+            trainable = tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
+        else:
+            trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
         tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES),
+            trainable,
             param_space=plan.param_space,
             tune_config=tune.TuneConfig(
                 metric=exp.metric,
@@ -525,13 +542,20 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 time_budget_s=exp.stop.time_budget_s,
                 trial_name_creator=TrialNamer(first),
                 trial_dirname_creator=trial_dirname,
-                reuse_actors=False,
+                reuse_actors=exp.in_process,
             ),
             run_config=tune.RunConfig(
                 name=plan.sweep_name,
                 storage_path=plan.storage_path,
                 stop=stopper,
                 callbacks=[callback],
+                # Used by in-process trials, whose checkpoints Tune keeps (Train keeps the
+                # TorchTrainer trials' ones, by the same policy: see TrialSpec).
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=spec.num_to_keep,
+                    checkpoint_score_attribute=spec.score_attribute,
+                    checkpoint_score_order=spec.score_order,
+                ),
                 verbose=0,
             ),
         )
