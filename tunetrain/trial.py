@@ -167,7 +167,7 @@ class _TuneBridge(LocalTrainFnUtils):
         # The Tune session persists the checkpoint into the trial's storage before it returns,
         # so the train loop may delete its temporary folder right after, as with Train.
         self._session.report(dict(metrics), checkpoint=checkpoint)
-        self._last_metrics = metrics
+        self._last_metrics = metrics  # type: ignore[assignment]  # Ray annotates it as None
 
     def get_checkpoint(self) -> Any:
         # The checkpoint Tune restored this trial from (failure retry, PBT exploit, resume),
