@@ -55,8 +55,10 @@ _BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
 }
 
 # Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
-# short trials. Users can still set their own value in the environment.
-_RAY_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+# short trials (measured on 2 CPUs: 0.5 s -> ~9.5 s from trial start to first report of a
+# 2-worker trial, 0.2 s -> ~8.5 s, 0.1 s -> ~8 s with more polling load). Users can still
+# set their own value in the environment.
+_RAY_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 
 @dataclasses.dataclass(frozen=True)
