@@ -58,12 +58,15 @@ def test_random_searcher_is_seeded_and_counts_trials_from_zero() -> None:
     assert first == 0
 
 
-def test_optuna_searcher_is_seeded_and_suggests_the_same_sequence_again() -> None:
-    def suggestions() -> list[Any]:
+@pytest.mark.parametrize("name", ["optuna", "hyperopt"])
+def test_model_based_searchers_are_seeded_and_suggest_the_same_sequence_again(name: str) -> None:
+    def suggestions(seed: int = 3) -> list[Any]:
         searcher: Any
-        searcher, first = build_searcher(make_experiment(), seed=3, max_concurrent=2)
+        searcher, first = build_searcher(make_experiment(searcher=name), seed=seed, max_concurrent=2)
         assert first == 1  # Tune's SearchGenerator counts trials from 1
         searcher.set_search_properties("loss", "min", {"lr": tune.uniform(0, 1)})
         return [searcher.suggest(f"t{i}") for i in range(3)]
 
+    # Same root seed, same sequence; another seed, another sequence.
     assert suggestions() == suggestions()
+    assert suggestions() != suggestions(seed=4)

@@ -88,6 +88,13 @@ def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) ->
         _check_options("searcher", "random", BasicVariantGenerator, options)
         options.setdefault("random_state", seed)
         return BasicVariantGenerator(max_concurrent=max_concurrent, **options), 0
+    if experiment.searcher == "hyperopt":
+        from ray.tune.search.hyperopt import HyperOptSearch
+
+        _check_options("searcher", "hyperopt", HyperOptSearch, options)
+        # Seeded so that the same root seed suggests the same sequence again.
+        options.setdefault("random_state_seed", seed)
+        return HyperOptSearch(**options), 1
     from ray.tune.search.optuna import OptunaSearch
 
     _check_options("searcher", "optuna", OptunaSearch, options)

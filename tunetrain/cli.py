@@ -26,7 +26,7 @@ def sweep_parser(subparsers: Any) -> None:
     parser.add_argument("file", help="experiment file, e.g. experiments/mlp_digits.py")
     parser.add_argument("--num-samples", type=int, help="number of trials")
     parser.add_argument("--scheduler", help="asha or fifo")
-    parser.add_argument("--searcher", help="optuna or random")
+    parser.add_argument("--searcher", help="optuna, hyperopt or random")
     parser.add_argument("--workers-per-trial", type=int, help="Ray Train workers (DDP processes) per trial")
     parser.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
     parser.add_argument(

@@ -29,7 +29,7 @@ PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 TrialRunner = Literal["auto", "in_process", "torch_trainer"]
 
 SCHEDULERS = ("asha", "fifo")
-SEARCHERS = ("optuna", "random")
+SEARCHERS = ("optuna", "hyperopt", "random")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 TRIAL_RUNNERS = ("auto", "in_process", "torch_trainer")
 
@@ -101,7 +101,7 @@ class Experiment:
         metric: the reported metric that decides which trial is best.
         mode: "min" or "max" for ``metric``.
         scheduler: "asha" or "fifo"; ``scheduler_options`` are passed to Ray Tune's class.
-        searcher: "optuna" (TPE) or "random"; ``searcher_options`` are passed to Ray Tune's class.
+        searcher: "optuna" (TPE), "hyperopt" (TPE) or "random"; ``searcher_options`` are passed to Ray Tune's class.
         num_samples: how many trials the sweep runs.
         workers_per_trial: Ray Train workers (DDP processes) in each trial.
         use_gpu: give each worker a GPU.
