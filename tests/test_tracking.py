@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -86,3 +87,32 @@ def test_an_unreachable_store_is_reported_once_and_never_raises(monkeypatch: pyt
     # One clear message, however many calls failed.
     assert errors.getvalue().count("MLflow tracking error") == 1
     assert rec.error_count >= 1
+
+
+def test_metric_points_of_many_reports_go_out_in_few_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = recorder(tmp_path)
+    rec.start_sweep(run_name="sweep", params={}, tags={})
+    now = time.time()
+    rec.start_trial("t", params={"lr": 0.1}, tags={}, start_time=now)
+    rec.flush()
+    batches: list[int] = []
+    log_batch = rec._client.log_batch
+
+    def counting(run_id: str, metrics: Any = (), **kwargs: Any) -> None:
+        if metrics:
+            batches.append(len(metrics))
+        log_batch(run_id, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(rec._client, "log_batch", counting)
+    # Queued faster than the flush interval, as a busy trial reports.
+    for step in range(1, 301):
+        rec.log_metrics("t", step=step, metrics={"loss": 1.0 / step, "acc": step / 300}, timestamp=now)
+    rec.flush()
+    run_id = rec.run_id("t")
+    assert run_id is not None
+    rec.close()
+    # 600 points went out in a handful of log_batch calls (MLflow allows 1,000 per call), not 300.
+    assert sum(batches) == 600 and len(batches) <= 5, batches
+    # ... and none was lost or doubled.
+    client = MlflowClient(default_tracking_uri(tmp_path))
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == list(range(1, 301))
