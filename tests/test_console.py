@@ -29,13 +29,30 @@ def test_live_line_counts_states_and_shows_the_best_so_far() -> None:
 
 def test_live_view_prints_only_changes_when_not_on_a_terminal() -> None:
     stream = io.StringIO()
-    view = LiveView(metric="loss", mode="min", total=2, stream=stream, min_interval_s=0.0)
+    view = LiveView(metric="loss", mode="min", total=2, stream=stream, log_interval_s=0.0)
     trials = [record("trial_0000", "running", None)]
     view.update(trials)
-    view.update(trials)  # nothing changed: nothing printed
+    view.update(trials, force=True)  # nothing changed: nothing printed
     trials[0].status = "completed"
     view.update(trials)
     assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_live_view_logs_a_few_lines_for_a_long_sweep_and_always_the_final_state() -> None:
+    stream = io.StringIO()
+    view = LiveView(metric="loss", mode="min", total=200, stream=stream)  # 10 s between log lines
+    trials: list[TrialRecord] = []
+    for i in range(200):  # 400 changes of state, faster than the log interval
+        trials.append(record(f"trial_{i:04d}", "running", None))
+        view.update(trials, force=True)
+        trials[-1].status = "completed"
+        view.update(trials, force=True)
+    view.close()
+    lines = stream.getvalue().splitlines()
+    # The first state and the final one, nothing in between.
+    assert len(lines) == 2
+    assert "1/200 trials: 199 pending, 1 running" in lines[0]
+    assert "200/200 trials: 200 completed" in lines[-1]
 
 
 def test_summary_ranks_trials_and_groups_errors() -> None:

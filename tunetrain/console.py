@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from typing import TextIO
@@ -20,18 +21,31 @@ def _fmt(value: object) -> str:
 
 
 class LiveView:
-    """One status line: trial states, best so far. Rewritten in place on a terminal,
-    printed only when it changes otherwise (so logs stay short)."""
+    """One status line: trial states, best so far. Rewritten in place on a terminal (at most
+    every ``min_interval_s``, at once on ``force``); elsewhere (a log file, CI) printed when it
+    changed, at most every ``log_interval_s``, and once more at the end, so that a
+    200-trial sweep logs a few dozen lines, not one per trial event."""
 
-    def __init__(self, *, metric: str, mode: str, total: int, stream: TextIO, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        metric: str,
+        mode: str,
+        total: int,
+        stream: TextIO,
+        min_interval_s: float = 1.0,
+        log_interval_s: float = 10.0,
+    ) -> None:
         self.metric = metric
         self.mode = mode
         self.total = total
         self.stream = stream
         self.min_interval_s = min_interval_s
+        self.log_interval_s = log_interval_s
         self._start = time.monotonic()
         self._last_line = ""
-        self._last_time = 0.0
+        self._last_time = -math.inf
+        self._held: list[TrialRecord] | None = None  # a state held back by log_interval_s
         self._tty = stream.isatty()
 
     def line(self, trials: list[TrialRecord]) -> str:
@@ -47,27 +61,34 @@ class LiveView:
 
     def update(self, trials: list[TrialRecord], *, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last_time < self.min_interval_s:
-            return
-        line = self.line(trials)
-        # The elapsed-time prefix changes every second; compare what follows it.
-        if line.split("]", 1)[1] == self._last_line.split("]", 1)[-1] and not force:
-            if self._tty:
-                self.stream.write("\r" + line)
+        if self._tty:
+            if force or now - self._last_time >= self.min_interval_s:
+                self._last_line = self.line(trials)
+                self._last_time = now
+                self.stream.write("\r\x1b[2K" + self._last_line)
                 self.stream.flush()
             return
-        self._last_time = now
-        if self._tty:
-            self.stream.write("\r\x1b[2K" + line)
-        else:
+        if now - self._last_time < self.log_interval_s:
+            self._held = trials  # shown at the next interval, or at close()
+            return
+        self._held = None
+        self._last_time = now  # an unchanged state is not looked at again before the interval
+        self._print_if_changed(self.line(trials), now)
+
+    def _print_if_changed(self, line: str, now: float) -> None:
+        # The elapsed-time prefix changes every second; compare what follows it.
+        if line.split("]", 1)[1] != self._last_line.split("]", 1)[-1]:
             self.stream.write(line + "\n")
-        self._last_line = line
-        self.stream.flush()
+            self.stream.flush()
+            self._last_line, self._last_time = line, now
 
     def close(self) -> None:
         if self._tty and self._last_line:
             self.stream.write("\n")
             self.stream.flush()
+        elif self._held is not None:  # the final state always shows
+            self._print_if_changed(self.line(self._held), time.monotonic())
+            self._held = None
 
 
 def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:

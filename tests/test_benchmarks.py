@@ -1,0 +1,35 @@
+"""The benchmarks run (tiny sizes); their figures are never asserted here (see docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> None:
+    output = tmp_path / "benchmarks.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run_all"), "--smoke", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TUNETRAIN_BENCH_DIR": str(tmp_path / "work")},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = output.read_text()
+    # One section per target, each with its table and verdict (Met / Not met).
+    for title in (
+        "1. Trial start-up",
+        "2. Sweep efficiency",
+        "3. Bookkeeping",
+        "4. Tracking cost",
+        "5. Searcher overhead",
+        "6. Training-loop overhead",
+        "7. Search efficiency",
+        "8. Driver memory",
+    ):
+        assert f"## {title}" in text, title
+    assert text.count("**Met:") + text.count("**Not met:") >= 8
