@@ -52,7 +52,7 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
         ),
         ([DEMO, "--set", "hidden"], "--set takes key=value"),
         ([DEMO, "--scheduler", "bohb"], "Unknown scheduler 'bohb'; valid schedulers are asha, fifo"),
-        ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, random"),
+        ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, hyperopt, random"),
         ([DEMO, "--workers-per-trial", "3"], "A trial needs 3 worker(s) x (CPU=1)"),
         ([DEMO, "--use-gpu"], "use_gpu=True, but the cluster has no GPU"),
         ([DEMO, "--num-samples", "0"], "num_samples must be an integer >= 1"),

@@ -18,8 +18,10 @@ Two runners, one train loop:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,8 +31,12 @@ from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train._internal.session import get_session
 from ray.train.torch import TorchTrainer
-from ray.train.v2._internal.execution.train_fn_utils import LocalTrainFnUtils, set_train_fn_utils
-from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
+from ray.train.v2._internal.execution.train_fn_utils import (
+    LocalTrainFnUtils,
+    get_train_fn_utils,
+    set_train_fn_utils,
+)
+from ray.train.v2.api.callback import UserCallback
 
 from tunetrain.context import TrialContext, _set_context
 from tunetrain.seeding import derive_seed, seed_everything
@@ -39,9 +45,6 @@ from tunetrain.seeding import derive_seed, seed_everything
 # machine (two trials on 2 CPUs deadlock), and Ray rejects {"CPU": 0}; a token memory
 # request gives the driver a resource bundle that costs nothing schedulable.
 DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
-
-# The key under which Train's TuneReportCallback passes a reported checkpoint's path.
-CHECKPOINT_KEY = CHECKPOINT_PATH_KEY
 
 _NAME = "trial_{:04d}"
 _NAME_PATTERN = re.compile(r"^trial_(\d+)$")
@@ -89,18 +92,37 @@ class TrialSpec:
     placement_strategy: str
     root_seed: int
     storage_path: str
-    num_to_keep: int | None
-    score_attribute: str
-    score_order: str
     max_failures: int = 0
 
 
+class _StartFrom:
+    """A Train worker's utilities, except that ``get_checkpoint()`` gives ``checkpoint`` until
+    the run has a checkpoint of its own: how a new Train run starts from the Tune checkpoint
+    a trial was restored from (Train V2 dropped ``resume_from_checkpoint``)."""
+
+    def __init__(self, inner: Any, checkpoint: Any) -> None:
+        self._inner = inner
+        self._checkpoint = checkpoint
+
+    def get_checkpoint(self) -> Any:
+        return self._inner.get_checkpoint() or self._checkpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def _worker_main(
-    train_loop: Callable[[dict[str, Any]], Any], name: str, index: int, trial_seed: int
+    train_loop: Callable[[dict[str, Any]], Any],
+    name: str,
+    index: int,
+    trial_seed: int,
+    start_checkpoint: Any = None,
 ) -> Callable[[dict[str, Any]], Any]:
     """Wrap the user's train loop: seed this worker and set its context, then run it unchanged."""
 
     def train_loop_per_worker(config: dict[str, Any]) -> Any:
+        if start_checkpoint is not None:
+            set_train_fn_utils(_StartFrom(get_train_fn_utils(), start_checkpoint))
         context = ray.train.get_context()
         rank = context.get_world_rank()
         worker_seed = derive_seed(trial_seed, rank)
@@ -123,13 +145,59 @@ def _worker_main(
     return train_loop_per_worker
 
 
+@ray.remote(num_cpus=0)
+class _Mailbox:
+    """Hands Train's reports from its controller to the trial driver, one at a time."""
+
+    def __init__(self) -> None:
+        self._items: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+        self._acks: asyncio.Queue[None] = asyncio.Queue()
+
+    async def put(self, item: Any) -> None:
+        """Deliver ``item`` and return once the driver has acknowledged it."""
+        await self._items.put(item)
+        await self._acks.get()
+
+    async def get(self) -> Any:
+        return await self._items.get()
+
+    async def ack(self) -> None:
+        await self._acks.put(None)
+
+
+_FIT_ENDED = "tunetrain:fit-ended"
+
+
+class _ReportToTrial(UserCallback):
+    """Train V2 callback (runs in Train's controller): passes rank 0's metrics and the
+    checkpoint of each report to the trial driver, which reports both to Tune.
+
+    Ray's ``TuneReportCallback`` passes only the checkpoint's path as a metric, so Tune holds
+    no checkpoint of the trial and cannot pause and resume it (HyperBand) or clone it (PBT).
+    The controller waits until the driver has reported (Tune has copied the checkpoint into
+    the trial's storage) before it goes on, so Train's retention never deletes a checkpoint
+    that Tune has not taken yet.
+    """
+
+    def __init__(self, mailbox: Any) -> None:
+        self._mailbox = mailbox
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        ray.get(self._mailbox.put.remote((dict(metrics[0]), checkpoint)))
+
+
 def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
-    """The Tune function of one trial: build the TorchTrainer and run it to the end."""
+    """The Tune function of a multi-worker trial: run a TorchTrainer, report what it reports.
+
+    A trial that Tune restored (a PBT exploit, a HyperBand resume, a retry) starts a new Train
+    run whose workers get the restored checkpoint from ``ray.train.get_checkpoint()``.
+    """
     name = tune.get_context().get_trial_name()
     index = trial_index(name)
     seed = derive_seed(spec.root_seed, index)
+    mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
     trainer = TorchTrainer(
-        _worker_main(spec.train_loop, name, index, seed),
+        _worker_main(spec.train_loop, name, index, seed, start_checkpoint=tune.get_checkpoint()),
         train_loop_config=config,
         scaling_config=ScalingConfig(
             num_workers=spec.num_workers,
@@ -140,16 +208,38 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         run_config=RunConfig(
             name=f"{name}-{uuid.uuid4().hex[:8]}",
             storage_path=spec.storage_path,
-            callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train V2 UserCallback
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=spec.num_to_keep,
-                checkpoint_score_attribute=spec.score_attribute,
-                checkpoint_score_order=spec.score_order,
-            ),
+            callbacks=[_ReportToTrial(mailbox)],  # type: ignore[list-item]  # a Train V2 UserCallback
+            # Tune keeps the trial's checkpoints by the experiment's policy; Train keeps its
+            # latest only, to restart failed workers from it.
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
             failure_config=FailureConfig(max_failures=spec.max_failures),
         ),
     )
-    trainer.fit()
+    failure: list[BaseException] = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            ray.get(mailbox.put.remote(_FIT_ENDED))
+
+    thread = threading.Thread(target=fit, name="tunetrain-fit", daemon=True)
+    thread.start()
+    while True:
+        item = ray.get(mailbox.get.remote())
+        if isinstance(item, str) and item == _FIT_ENDED:
+            mailbox.ack.remote()
+            break
+        metrics, checkpoint = item
+        if checkpoint is not None:  # Tune copies it into the trial's storage before report returns
+            checkpoint = tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem)
+        tune.report(metrics, checkpoint=checkpoint)
+        mailbox.ack.remote()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 class _TuneBridge(LocalTrainFnUtils):

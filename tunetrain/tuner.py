@@ -34,7 +34,6 @@ from tunetrain.resources import check_fit, describe_resources, max_concurrent_tr
 from tunetrain.seeding import derive_seed, draw_root_seed
 from tunetrain.tracking import SweepRecorder
 from tunetrain.trial import (
-    CHECKPOINT_KEY,
     DRIVER_RESOURCES,
     TrialNamer,
     TrialSpec,
@@ -51,7 +50,7 @@ _BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
     "experiment_tag",
     "should_checkpoint",
     "experiment_id",
-    CHECKPOINT_KEY,
+    "checkpoint_dir_name",
 }
 
 # Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
@@ -370,18 +369,14 @@ class SweepCallback(tune.Callback):
         if self.plan.experiment.metric in metrics:
             record.observe(self.plan.experiment.mode, metrics[self.plan.experiment.metric])
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
-        checkpoint = result.get(CHECKPOINT_KEY)  # a TorchTrainer trial's checkpoint
-        if checkpoint:
-            self._add_checkpoint(record, str(checkpoint))
         self.view.update(self._trials())
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
-        # An in-process trial's checkpoint, persisted by Tune after the result it came with.
+        # Persisted by Tune (for both trial runners) after the result it came with.
         record = self.records.get(trial.trial_id)
-        if record is not None:
-            self._add_checkpoint(record, str(checkpoint.path))
-
-    def _add_checkpoint(self, record: TrialRecord, path: str) -> None:
+        if record is None:
+            return
+        path = str(checkpoint.path)
         score = record.last.get(self.score_attribute)
         record.checkpoints.append({"step": record.iterations, "path": path, "score": score})
         self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": path})
@@ -521,9 +516,6 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             placement_strategy=exp.placement_strategy,
             root_seed=plan.root_seed,
             storage_path=f"{plan.storage_path}/{plan.sweep_name}/train",
-            num_to_keep=exp.checkpoint.num_to_keep,
-            score_attribute=exp.checkpoint.score_attribute or exp.metric,
-            score_order=exp.checkpoint.score_order or exp.mode,
         )
         if exp.in_process:
             # The trial itself trains: it holds the worker's resources, and Tune reuses its
@@ -551,12 +543,11 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 storage_path=plan.storage_path,
                 stop=stopper,
                 callbacks=[callback],
-                # Used by in-process trials, whose checkpoints Tune keeps (Train keeps the
-                # TorchTrainer trials' ones, by the same policy: see TrialSpec).
+                # Every trial's checkpoints are Tune's (see trial.py), kept by the policy.
                 checkpoint_config=tune.CheckpointConfig(
-                    num_to_keep=spec.num_to_keep,
-                    checkpoint_score_attribute=spec.score_attribute,
-                    checkpoint_score_order=spec.score_order,
+                    num_to_keep=exp.checkpoint.num_to_keep,
+                    checkpoint_score_attribute=callback.score_attribute,
+                    checkpoint_score_order=callback.score_order,
                 ),
                 verbose=0,
             ),
