@@ -4,8 +4,10 @@
 #   python -m tunetrain sweep experiments/mlp_digits.py
 #   python -m tunetrain sweep experiments/mlp_digits.py --num-samples 16 --set batch_size=32
 #
-# Each epoch reports train_loss, val_loss and val_acc and saves a checkpoint; a trial
-# resumes from its latest checkpoint when Ray Train restarts it.
+# Each epoch reports train_loss, val_loss, val_acc and n_params and saves a checkpoint; a
+# trial resumes from its latest checkpoint when Ray Train restarts it, and PBT starts a trial
+# from another's checkpoint with new hyperparameters (experiments/pbt_digits.py). The
+# optimizer is Adam unless config["optimizer"] says otherwise (see make_optimizer).
 
 from __future__ import annotations
 
@@ -39,6 +41,21 @@ def make_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
     )
 
 
+def make_optimizer(params: Any, config: dict[str, Any]) -> torch.optim.Optimizer:
+    """Adam or SGD. Settings come from config["optimizer"] when it is a dict (a conditional
+    space: experiments/conditional_digits.py), else from the top level of config."""
+    settings = config["optimizer"] if isinstance(config.get("optimizer"), dict) else config
+    name = settings.get("name", config.get("optimizer", "adam"))
+    weight_decay = settings.get("weight_decay", 0.0)
+    if name == "sgd":
+        return torch.optim.SGD(
+            params, lr=settings["lr"], momentum=settings.get("momentum", 0.0), weight_decay=weight_decay
+        )
+    return torch.optim.Adam(
+        params, lr=settings["lr"], betas=(settings.get("beta1", 0.9), 0.999), weight_decay=weight_decay
+    )
+
+
 def train_loop(config: dict[str, Any]) -> None:
     torch.set_num_threads(1)  # one CPU per worker: two trials share 2 cores side by side
     train_set, val_set = make_datasets(seed=0)
@@ -53,7 +70,7 @@ def train_loop(config: dict[str, Any]) -> None:
         nn.Linear(config["hidden"], 10),
     )
     model = ray.train.torch.prepare_model(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    optimizer = make_optimizer(model.parameters(), config)
     loss_fn = nn.CrossEntropyLoss()
 
     start_epoch = 0
@@ -63,6 +80,8 @@ def train_loop(config: dict[str, Any]) -> None:
             state = torch.load(os.path.join(folder, "state.pt"))
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:  # this config's lr etc., not the checkpoint's (PBT)
+            group.update(optimizer.defaults)
         start_epoch = state["epoch"] + 1
 
     for epoch in range(start_epoch, config["epochs"]):
@@ -86,6 +105,7 @@ def train_loop(config: dict[str, Any]) -> None:
             "train_loss": train_loss / len(train_set),
             "val_loss": val_loss / len(val_set),
             "val_acc": correct / len(val_set),
+            "n_params": sum(p.numel() for p in model.parameters()),
         }
         with tempfile.TemporaryDirectory() as folder:
             if ray.train.get_context().get_world_rank() == 0:

@@ -10,7 +10,7 @@ from ray.tune.search import BasicVariantGenerator
 
 from tests.conftest import make_experiment
 from tunetrain import ExperimentError, StopRule
-from tunetrain.algorithms import RecordingASHA, build_scheduler, build_searcher
+from tunetrain.algorithms import RecordingASHA, build_scheduler, build_searcher, check_pairing, searcher_owns_space
 
 
 def test_asha_takes_its_budget_from_the_stop_rule() -> None:
@@ -70,3 +70,109 @@ def test_model_based_searchers_are_seeded_and_suggest_the_same_sequence_again(na
     # Same root seed, same sequence; another seed, another sequence.
     assert suggestions() == suggestions()
     assert suggestions() != suggestions(seed=4)
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [("hyperband", "HyperBandScheduler"), ("median", "MedianStoppingRule"), ("pbt", "PopulationBasedTraining")],
+)
+def test_every_scheduler_is_ray_tunes_own_class(name: str, cls: str) -> None:
+    scheduler = build_scheduler(make_experiment(scheduler=name, searcher="random", stop=StopRule(max_iterations=8)))
+    # The Ray Tune class itself, only subclassed for bookkeeping.
+    assert cls in [base.__name__ for base in type(scheduler).__mro__]
+
+
+def test_pbt_mutates_the_space_within_its_ranges() -> None:
+    space = {
+        "lr": tune.loguniform(1e-3, 1e-1),
+        "opt": {"momentum": tune.uniform(0, 0.9)},
+        "act": tune.choice(["a", "b"]),
+    }
+    scheduler: Any = build_scheduler(make_experiment(scheduler="pbt", searcher="random", space=space))
+    mutations = scheduler._hyperparam_mutations
+    # Numbers keep their Tune domain, choices become lists PBT can shift along, nesting stays.
+    assert mutations["lr"] is space["lr"] and mutations["opt"]["momentum"] is space["opt"]["momentum"]
+    assert mutations["act"] == ["a", "b"]
+    # A perturbation that left the range is clipped back into it.
+    clipped = scheduler._custom_explore_fn({"lr": 0.5, "opt": {"momentum": -0.2}, "act": "a"})
+    assert clipped == {"lr": 0.1, "opt": {"momentum": 0.0}, "act": "a"}
+
+
+def test_pb2_gets_its_bounds_from_the_space() -> None:
+    scheduler: Any = build_scheduler(
+        make_experiment(
+            scheduler="pb2", searcher="random", space={"lr": tune.uniform(0.01, 0.1), "n": tune.choice([1])}
+        )
+    )
+    assert scheduler._hyperparam_bounds == {"lr": [0.01, 0.1]}
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
+def test_pbt_with_a_model_based_searcher_is_refused_naming_what_works(searcher: str) -> None:
+    with pytest.raises(ExperimentError, match="works with searcher 'random' or 'grid'"):
+        check_pairing(make_experiment(scheduler="pbt", searcher=searcher))
+
+
+def test_grid_searcher_needs_grid_dimensions_and_model_based_ones_refuse_them() -> None:
+    with pytest.raises(ExperimentError, match="the space has none"):
+        check_pairing(make_experiment(searcher="grid"))
+    with pytest.raises(ExperimentError, match="needs searcher 'grid' or 'random'"):
+        check_pairing(make_experiment(searcher="optuna", space={"lr": tune.grid_search([0.1, 0.2])}))
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes", "nsga2", "gp", "random"])
+def test_optuna_samplers_by_name_are_seeded(sampler: str) -> None:
+    space = {"x": tune.uniform(0, 1), "y": tune.uniform(0, 1)}
+
+    def suggestions() -> list[Any]:
+        searcher: Any
+        searcher, _ = build_searcher(
+            make_experiment(space=space, searcher_options={"sampler": sampler}), seed=5, max_concurrent=1
+        )
+        searcher.set_search_properties(None, None, space)
+        out = []
+        for i in range(4):
+            config = searcher.suggest(str(i))
+            searcher.on_trial_complete(str(i), {"loss": config["x"] + config["y"]})
+            out.append(config)
+        return out
+
+    assert suggestions() == suggestions()
+
+
+def test_unknown_optuna_sampler_lists_the_valid_ones() -> None:
+    with pytest.raises(ExperimentError, match="valid samplers are tpe, cmaes, nsga2, gp, random"):
+        build_searcher(make_experiment(searcher_options={"sampler": "smac"}), seed=0, max_concurrent=1)
+
+
+CONDITIONAL = {
+    "opt": tune.choice(
+        [
+            {"name": "sgd", "lr": tune.loguniform(1e-3, 1e-1), "momentum": tune.uniform(0, 0.9)},
+            {"name": "adam", "lr": tune.loguniform(1e-4, 1e-2)},
+        ]
+    ),
+    "width": tune.randint(1, 4),
+}
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
+def test_conditional_spaces_suggest_only_the_chosen_branch(searcher: str) -> None:
+    experiment = make_experiment(space=CONDITIONAL, searcher=searcher)
+    built: Any
+    built, _ = build_searcher(experiment, seed=1, max_concurrent=1)
+    # The searcher holds the space itself (Optuna define-by-run, HyperOpt nested hp.choice);
+    # Tune then passes it only the constants.
+    assert searcher_owns_space(experiment)
+    built.set_search_properties(None, None, {})
+    names = set()
+    for i in range(12):
+        config = built.suggest(str(i))
+        built.on_trial_complete(str(i), {"loss": config["opt"]["lr"]})
+        # A branch's own parameters appear with it and only with it; nothing else leaks in.
+        assert set(config) == {"opt", "width"}
+        expected = {"name", "lr", "momentum"} if config["opt"]["name"] == "sgd" else {"name", "lr"}
+        assert set(config["opt"]) == expected
+        assert 1 <= config["width"] <= 3
+        names.add(config["opt"]["name"])
+    assert names == {"sgd", "adam"}  # both branches were explored

@@ -115,3 +115,28 @@ def describe(value: Any) -> str:
 def free_dimensions(space: Mapping[str, Any]) -> list[str]:
     """Dotted keys of the space that the searcher still chooses."""
     return [key for key, value in iter_leaves(space) if is_distribution(value)]
+
+
+def has_conditional(space: Mapping[str, Any]) -> bool:
+    """Whether a choice in the space decides which other parameters exist: a ``tune.choice``
+    whose options are dicts holding distributions of their own."""
+    from ray.tune.search.sample import Categorical
+
+    for _, value in iter_leaves(space):
+        if isinstance(value, Categorical) and any(
+            isinstance(option, Mapping) and any(is_distribution(v) for _, v in iter_leaves(option))
+            for option in value.categories
+        ):
+            return True
+    return False
+
+
+def constants(space: Mapping[str, Any]) -> dict[str, Any]:
+    """The space without its distributions (nested dicts kept)."""
+    out: dict[str, Any] = {}
+    for key, value in space.items():
+        if isinstance(value, Mapping):
+            out[key] = constants(value)
+        elif not is_distribution(value):
+            out[key] = value
+    return out

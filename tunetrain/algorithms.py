@@ -2,29 +2,50 @@
 
 The searcher proposes configs, the scheduler decides which trials go on: tunetrain only
 picks the class, derives defaults from the experiment and passes the user's options on.
+The subclasses below add bookkeeping only (which trials a scheduler stopped, which PBT
+exploits happened), never a decision of their own.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import (
+    AsyncHyperBandScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
 from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
+from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
 
+from tunetrain import _space
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 
+OPTUNA_SAMPLERS = ("tpe", "cmaes", "nsga2", "gp", "random")
 
-class _RecordsEarlyStops:
-    """Mixin for a Ray Tune scheduler: remembers the trials it stopped before they ended.
+# Which searchers each scheduler works with. Ray Tune refuses a search algorithm with PBT
+# and PB2 (they explore by themselves, from the population).
+_SEARCHERS_FOR = {"pbt": ("random", "grid"), "pb2": ("random", "grid")}
+
+
+class _RecordsDecisions:
+    """Mixin for a Ray Tune scheduler: remembers the trials it stopped before they ended
+    (and, for PBT/PB2, every exploit: see :class:`_RecordsExploits`).
 
     Tune hands the scheduler a trial's last result again, marked ``done``, when the train
     loop returned by itself; a STOP for that result is not an early stop.
     """
 
-    early_stopped: dict[str, int]
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.early_stopped: dict[str, int] = {}
+        self.exploits: list[dict[str, Any]] = []
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
@@ -33,16 +54,52 @@ class _RecordsEarlyStops:
         return decision
 
 
-class RecordingASHA(_RecordsEarlyStops, AsyncHyperBandScheduler):
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.early_stopped = {}
+class _RecordsExploits(_RecordsDecisions):
+    """Mixin for PBT/PB2: each exploit (recipient, donor, steps, old and new values)."""
+
+    _hyperparam_mutations: dict[str, Any]
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        old = dict(trial.config)
+        step = int((trial.last_result or {}).get("training_iteration", 0))
+        donor_step = int((trial_to_clone.last_result or {}).get("training_iteration", 0))
+        super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
+        keys = [key for key, _ in _space.iter_leaves(self._mutated())]
+        flat_old, flat_new = _space.flatten(old), _space.flatten(dict(trial.config))
+        self.exploits.append(
+            {
+                "trial_id": trial.trial_id,
+                "donor_id": trial_to_clone.trial_id,
+                "step": step,
+                "donor_step": donor_step,
+                "old": {key: flat_old.get(key) for key in keys},
+                "new": {key: flat_new.get(key) for key in keys},
+                "config": dict(trial.config),
+            }
+        )
+
+    def _mutated(self) -> Mapping[str, Any]:
+        return getattr(self, "_hyperparam_mutations", None) or getattr(self, "_hyperparam_bounds", {})
 
 
-class RecordingFIFO(_RecordsEarlyStops, FIFOScheduler):
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.early_stopped = {}
+class RecordingFIFO(_RecordsDecisions, FIFOScheduler):
+    pass
+
+
+class RecordingASHA(_RecordsDecisions, AsyncHyperBandScheduler):
+    pass
+
+
+class RecordingHyperBand(_RecordsDecisions, HyperBandScheduler):
+    pass
+
+
+class RecordingMedian(_RecordsDecisions, MedianStoppingRule):
+    pass
+
+
+class RecordingPBT(_RecordsExploits, PopulationBasedTraining):
+    pass
 
 
 def _check_options(kind: str, name: str, cls: type, options: Mapping[str, Any]) -> None:
@@ -62,47 +119,322 @@ def _check_options(kind: str, name: str, cls: type, options: Mapping[str, Any]) 
         )
 
 
-def build_scheduler(experiment: Experiment) -> RecordingASHA | RecordingFIFO:
-    options = dict(experiment.scheduler_options)
-    if experiment.scheduler == "fifo":
-        _check_options("scheduler", "fifo", FIFOScheduler, options)
-        return RecordingFIFO(**options)
-    _check_options("scheduler", "asha", AsyncHyperBandScheduler, options)
-    # ASHA's budget is the stop rule's, so that its last rung is the trial's end.
-    options.setdefault("max_t", experiment.stop.max_iterations or 100)
-    options.setdefault("grace_period", 1)
-    options.setdefault("reduction_factor", 2)
-    try:
-        return RecordingASHA(**options)
-    except AssertionError as exc:  # Ray validates ASHA's options with asserts
+def check_pairing(experiment: Experiment) -> None:
+    """Refuse scheduler/searcher/objective combinations Ray Tune does not run, saying which work."""
+    allowed = _SEARCHERS_FOR.get(experiment.scheduler)
+    if allowed and experiment.searcher not in allowed:
         raise ExperimentError(
-            f"Invalid ASHA options {options!r}: {exc}.",
-            fix="Use max_t > 0, 0 < grace_period <= max_t and reduction_factor > 1.",
+            f"Scheduler {experiment.scheduler!r} cannot be paired with searcher {experiment.searcher!r}: Ray Tune "
+            f"refuses a search algorithm with population-based training, which explores by itself. "
+            f"{experiment.scheduler!r} works with searcher {' or '.join(map(repr, allowed))}.",
+            fix=f"Use --searcher {allowed[0]}, or another scheduler (fifo, asha, hyperband, median) with "
+            f"{experiment.searcher!r}.",
+        )
+    if experiment.multi_objective and experiment.searcher == "hyperopt":
+        raise ExperimentError(
+            f"Searcher 'hyperopt' searches on one metric, but the experiment has {len(experiment.objectives)} "
+            f"({', '.join(m for m, _ in experiment.objectives)}).",
+            fix="Use searcher 'optuna' (NSGA-II by default for several metrics), 'random' or 'grid'.",
+        )
+    grids = [key for key, value in _space.iter_leaves(experiment.space) if _space.is_grid(value)]
+    if experiment.searcher == "grid" and not grids:
+        raise ExperimentError(
+            "Searcher 'grid' runs the tune.grid_search dimensions of the space, but the space has none.",
+            fix='Use tune.grid_search([...]) for the dimensions to cover, e.g. {"lr": tune.grid_search([1e-3, 1e-2])}.',
+        )
+    if grids and experiment.searcher not in ("random", "grid"):
+        raise ExperimentError(
+            f"tune.grid_search (at {', '.join(grids)}) needs searcher 'grid' or 'random', "
+            f"but got searcher={experiment.searcher!r}.",
+            fix="Use --searcher grid, or replace grid_search with tune.choice.",
+        )
+
+
+# -- schedulers -------------------------------------------------------------------------
+
+
+def build_scheduler(experiment: Experiment) -> Any:
+    """The experiment's scheduler, with defaults derived from it; it decides on the first metric."""
+    name = experiment.scheduler
+    options = dict(experiment.scheduler_options)
+    max_t = experiment.stop.max_iterations or 100
+    metric = {"metric": experiment.primary_metric, "mode": experiment.primary_mode}
+    if name == "fifo":
+        _check_options("scheduler", name, FIFOScheduler, options)
+        return RecordingFIFO(**options)
+    if name == "asha":
+        _check_options("scheduler", name, AsyncHyperBandScheduler, options)
+        # ASHA's budget is the stop rule's, so that its last rung is the trial's end.
+        options.setdefault("max_t", max_t)
+        options.setdefault("grace_period", 1)
+        options.setdefault("reduction_factor", 2)
+        return _construct(
+            RecordingASHA, "ASHA", options, metric, "max_t > 0, 0 < grace_period <= max_t, reduction_factor > 1"
+        )
+    if name == "hyperband":
+        _check_options("scheduler", name, HyperBandScheduler, options)
+        options.setdefault("max_t", max_t)
+        options.setdefault("reduction_factor", 3)
+        return _construct(RecordingHyperBand, "HyperBand", options, metric, "max_t > 0, reduction_factor > 1")
+    if name == "median":
+        _check_options("scheduler", name, MedianStoppingRule, options)
+        # Compare trials at equal iteration counts, not equal seconds (Ray's default).
+        options.setdefault("time_attr", "training_iteration")
+        options.setdefault("grace_period", 1)
+        options.setdefault("min_samples_required", 3)
+        return _construct(RecordingMedian, "median stopping", options, metric, "grace_period >= 0")
+    if name == "pbt":
+        _check_options("scheduler", name, PopulationBasedTraining, options)
+        options.setdefault("time_attr", "training_iteration")
+        options.setdefault("perturbation_interval", max(1, max_t // 4))
+        if "hyperparam_mutations" not in options:
+            options["hyperparam_mutations"] = pbt_mutations(experiment.space)
+            # Perturbed values stay inside the space's ranges (Ray multiplies by 0.8/1.2 unbounded).
+            options.setdefault("custom_explore_fn", _ClipToSpace(experiment.space))
+        if not options["hyperparam_mutations"]:
+            raise ExperimentError(
+                "Scheduler 'pbt' mutates the search space's dimensions, but the space has none to mutate.",
+                fix='Give a space such as {"lr": tune.loguniform(1e-4, 1e-1)}, or hyperparam_mutations in '
+                "scheduler_options.",
+            )
+        options.setdefault("log_config", False)  # tunetrain records exploits in MLflow itself
+        return _construct(RecordingPBT, "PBT", options, metric, "perturbation_interval > 0")
+    return _build_pb2(experiment, options, metric, max_t)
+
+
+def _construct(cls: Any, label: str, options: dict[str, Any], metric: dict[str, Any], rule: str) -> Any:
+    try:
+        return cls(**options, **metric)
+    except (AssertionError, ValueError, TypeError) as exc:  # Ray validates options with asserts
+        raise ExperimentError(f"Invalid {label} options {options!r}: {exc}", fix=f"Use {rule}.") from exc
+
+
+def _build_pb2(experiment: Experiment, options: dict[str, Any], metric: dict[str, Any], max_t: int) -> Any:
+    try:
+        from ray.tune.schedulers.pb2 import PB2
+    except ImportError as exc:  # PB2 needs GPy and scikit-learn
+        raise ExperimentError(
+            f"Scheduler 'pb2' needs GPy, which is not installed here ({exc}).",
+            fix="pip install GPy, or use scheduler 'pbt'.",
         ) from exc
+    _check_options("scheduler", "pb2", PB2, options)
+    options.setdefault("time_attr", "training_iteration")
+    options.setdefault("perturbation_interval", max(1, max_t // 4))
+    if "hyperparam_bounds" not in options:
+        options["hyperparam_bounds"] = {
+            key: [domain.lower, domain.upper]
+            for key, domain in _space.iter_leaves(experiment.space)
+            if isinstance(domain, Float | Integer)
+        }
+    if not options["hyperparam_bounds"]:
+        raise ExperimentError(
+            "Scheduler 'pb2' tunes continuous dimensions (tune.uniform, tune.loguniform, tune.randint), "
+            "but the space has none.",
+            fix="Add one, or give hyperparam_bounds in scheduler_options, or use scheduler 'pbt'.",
+        )
+    options.setdefault("log_config", False)
+
+    class RecordingPB2(_RecordsExploits, PB2):  # defined here: PB2 needs GPy
+        pass
+
+    return _construct(RecordingPB2, "PB2", options, metric, "perturbation_interval > 0")
+
+
+def pbt_mutations(space: Mapping[str, Any]) -> dict[str, Any]:
+    """PBT's hyperparam_mutations from a search space: every distribution of the space, with
+    choices as lists (PBT shifts to a neighbouring value) and numbers as their Tune domain
+    (PBT multiplies by 0.8 or 1.2, or resamples). Nested dicts stay nested."""
+    out: dict[str, Any] = {}
+    for key, value in space.items():
+        if isinstance(value, Mapping):
+            inner = pbt_mutations(value)
+            if inner:
+                out[key] = inner
+        elif isinstance(value, Categorical):
+            out[key] = list(value.categories)
+        elif isinstance(value, Domain):
+            out[key] = value
+    return out
+
+
+class _ClipToSpace:
+    """PBT's ``custom_explore_fn``: clips perturbed numbers into their dimension's range."""
+
+    def __init__(self, space: Mapping[str, Any]) -> None:
+        self.bounds = {
+            key: (domain.lower, domain.upper)
+            for key, domain in _space.iter_leaves(space)
+            if isinstance(domain, Float | Integer)
+        }
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for key, (lower, upper) in self.bounds.items():
+            *path, last = key.split(".")
+            node = config
+            for part in path:
+                node = node[part]
+            value = node[last]
+            node[last] = type(value)(min(max(value, lower), upper))
+        return config
+
+
+# -- searchers --------------------------------------------------------------------------
 
 
 def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) -> tuple[SearchAlgorithm | Searcher, int]:
-    """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class)."""
+    """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
+
+    Every searcher is seeded from the sweep's root seed, so the same seed suggests the same
+    sequence again.
+    """
     options = dict(experiment.searcher_options)
-    if experiment.searcher == "random":
-        _check_options("searcher", "random", BasicVariantGenerator, options)
+    name = experiment.searcher
+    if name in ("random", "grid"):
+        _check_options("searcher", name, BasicVariantGenerator, options)
         options.setdefault("random_state", seed)
         return BasicVariantGenerator(max_concurrent=max_concurrent, **options), 0
-    if experiment.searcher == "hyperopt":
+    metrics = [m for m, _ in experiment.objectives]
+    modes: list[str] = [m for _, m in experiment.objectives]
+    if name == "hyperopt":
         from ray.tune.search.hyperopt import HyperOptSearch
 
-        _check_options("searcher", "hyperopt", HyperOptSearch, options)
-        # Seeded so that the same root seed suggests the same sequence again.
+        _check_options("searcher", name, HyperOptSearch, options)
         options.setdefault("random_state_seed", seed)
-        return HyperOptSearch(**options), 1
+        if searcher_owns_space(experiment):
+            options["space"] = hyperopt_space(experiment.space)
+        return HyperOptSearch(metric=metrics[0], mode=modes[0], **options), 1
+    import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    _check_options("searcher", "optuna", OptunaSearch, options)
-    if "sampler" not in options:
-        import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
+    _check_options("searcher", name, OptunaSearch, options)
+    sampler = options.pop("sampler", "nsga2" if experiment.multi_objective else "tpe")
+    if isinstance(sampler, str):
+        sampler = _optuna_sampler(sampler, seed=seed)
+    cls: type[OptunaSearch] = OptunaSearch
+    if searcher_owns_space(experiment):
+        # Ray's OptunaSearch converts flat spaces only; a conditional one becomes Optuna's own
+        # define-by-run function.
+        options["space"] = optuna_define_by_run(experiment.space)
+        cls = _define_by_run_class()
+    if experiment.multi_objective:
+        return cls(metric=metrics, mode=list(modes), sampler=sampler, **options), 1
+    return cls(metric=metrics[0], mode=modes[0], sampler=sampler, **options), 1
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
-        # Seeded so that the same root seed suggests the same sequence again.
-        options["sampler"] = optuna.samplers.TPESampler(seed=seed)
-    # Tune wraps a Searcher in a ConcurrencyLimiter(max_concurrent) and counts trials from 1.
-    return OptunaSearch(**options), 1
+
+def searcher_owns_space(experiment: Experiment) -> bool:
+    """Whether the searcher gets the search space itself (Tune's param_space then holds only
+    constants): Optuna or HyperOpt with a conditional space."""
+    return experiment.searcher in ("optuna", "hyperopt") and _space.has_conditional(experiment.space)
+
+
+def hyperopt_space(space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A HyperOpt space (nested ``hp.choice``) for a Ray Tune space with conditional choices.
+
+    Ray's own converter labels every branch of a choice with the same prefix, so branches
+    sharing a parameter name (``lr`` for both SGD and Adam) collide in HyperOpt
+    (DuplicateLabel); here each branch's labels carry its index. Everything else is Ray's
+    conversion."""
+    from hyperopt import hp
+    from ray.tune.search.hyperopt import HyperOptSearch
+
+    out: dict[str, Any] = {}
+    for key, value in space.items():
+        label = f"{prefix}/{key}" if prefix else key
+        if isinstance(value, Mapping):
+            out[key] = hyperopt_space(value, label)
+        elif isinstance(value, Categorical) and any(isinstance(c, Mapping) for c in value.categories):
+            branches = [
+                hyperopt_space(option, f"{label}/{i}") if isinstance(option, Mapping) else option
+                for i, option in enumerate(value.categories)
+            ]
+            out[key] = hp.choice(label, branches)
+        elif isinstance(value, Domain):
+            out[key] = HyperOptSearch.convert_search_space({key: value}, prefix=prefix)[key]
+        else:
+            out[key] = value
+    return out
+
+
+def _define_by_run_class() -> type:
+    from ray.tune.search.optuna import OptunaSearch
+
+    class DefineByRunOptunaSearch(OptunaSearch):
+        """Ray's OptunaSearch returns the define-by-run function's Optuna parameters (dotted
+        names here) beside the config it returns; only the config goes to the trial."""
+
+        def suggest(self, trial_id: str) -> Any:
+            config = super().suggest(trial_id)
+            if isinstance(config, dict):
+                return {key: value for key, value in config.items() if "." not in key}
+            return config
+
+    return DefineByRunOptunaSearch
+
+
+def _optuna_sampler(name: str, *, seed: int) -> Any:
+    import optuna
+
+    samplers: dict[str, Callable[[], Any]] = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+    }
+    if name not in samplers:
+        raise ExperimentError(
+            f"Unknown Optuna sampler {name!r}; valid samplers are {', '.join(OPTUNA_SAMPLERS)}.",
+            fix='Use e.g. searcher_options={"sampler": "cmaes"}, or pass an optuna.samplers.BaseSampler.',
+        )
+    return samplers[name]()
+
+
+def optuna_define_by_run(space: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:
+    """An Optuna define-by-run function for a Ray Tune space with conditional choices.
+
+    A ``tune.choice`` whose options are dicts is suggested as an index (Optuna parameter
+    ``<key>.choice``); the chosen dict's distributions are suggested only when it is chosen
+    (as ``<key>.<index>.<name>``, so that each branch has parameters of its own). Returns the
+    whole config, nested like the space.
+    """
+
+    def suggest(trial: Any, node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                out[key] = suggest(trial, value, f"{name}.")
+            elif isinstance(value, Categorical) and any(isinstance(c, Mapping) for c in value.categories):
+                index = trial.suggest_categorical(f"{name}.choice", list(range(len(value.categories))))
+                chosen = value.categories[index]
+                out[key] = suggest(trial, chosen, f"{name}.{index}.") if isinstance(chosen, Mapping) else chosen
+            elif isinstance(value, Domain):
+                out[key] = _suggest_leaf(trial, name, value)
+            else:
+                out[key] = value
+        return out
+
+    def define_by_run(trial: Any) -> dict[str, Any]:
+        return suggest(trial, space, "")
+
+    return define_by_run
+
+
+def _suggest_leaf(trial: Any, name: str, domain: Domain) -> Any:
+    sampler = domain.get_sampler()
+    quantum = sampler.q if isinstance(sampler, Quantized) else None
+    if isinstance(sampler, Quantized):
+        sampler = sampler.get_sampler()
+    log = isinstance(sampler, LogUniform)
+    if isinstance(domain, Float):
+        return trial.suggest_float(name, domain.lower, domain.upper, log=log, step=quantum)
+    if isinstance(domain, Integer):
+        # Tune's randint excludes its upper bound; Optuna's includes it.
+        return trial.suggest_int(name, domain.lower, domain.upper - 1, log=log, step=int(quantum or 1))
+    if isinstance(domain, Categorical):
+        return trial.suggest_categorical(name, list(domain.categories))
+    raise ExperimentError(
+        f"Search-space value {name!r} ({domain!r}) has no Optuna equivalent.",
+        fix="Use tune.uniform, tune.loguniform, tune.randint, tune.choice or their q-variants.",
+    )

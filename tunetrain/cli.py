@@ -112,7 +112,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     print(
         f"Sweep {plan.sweep_name}: {experiment.num_samples} trials, at most {plan.max_concurrent} at once, "
-        f"metric {experiment.metric} ({experiment.mode}); tracking {tracking_uri}",
+        f"metric {experiment.primary_metric} ({experiment.primary_mode}); tracking {tracking_uri}",
         file=stream,
         flush=True,
     )
@@ -127,7 +127,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     if outcome.bad_input:
         print(
             f"\ntunetrain: error: {outcome.bad_input}\n  Fix: report the metric named by the experiment "
-            f"(ray.train.report({{{experiment.metric!r}: ...}})) or change Experiment.metric.",
+            f"(ray.train.report({{{experiment.primary_metric!r}: ...}})) or change Experiment.metric.",
             file=stream,
         )
         return EXIT_BAD_INPUT

@@ -129,6 +129,14 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             lines.append(f"Best run id: {outcome.run_ids[best.name]}")
     else:
         lines.append(f"No trial reported a finite {outcome.metric}.")
+    if len(outcome.objectives) > 1:
+        lines.append("")
+        names = [f"{metric} ({mode})" for metric, mode in outcome.objectives]
+        lines.append(f"Pareto-optimal trials ({len(outcome.pareto)}) on {', '.join(names)}, last reported values:")
+        for t in outcome.pareto:
+            values = "  ".join(f"{metric}={_fmt(t.last.get(metric))}" for metric, _ in outcome.objectives)
+            run = f"  run {outcome.run_ids[t.name]}" if t.name in outcome.run_ids else ""
+            lines.append(f"  {t.name}  {values}{run}")
     errors = Counter(error_headline(t.error) for t in outcome.trials if t.status == "failed" and t.error)
     if errors:
         lines.append("")

@@ -15,7 +15,7 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,8 +28,8 @@ Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 TrialRunner = Literal["auto", "in_process", "torch_trainer"]
 
-SCHEDULERS = ("asha", "fifo")
-SEARCHERS = ("optuna", "hyperopt", "random")
+SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
+SEARCHERS = ("optuna", "hyperopt", "random", "grid")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 TRIAL_RUNNERS = ("auto", "in_process", "torch_trainer")
 
@@ -98,10 +98,15 @@ class Experiment:
         space: the search space, a (possibly nested) dict of Ray Tune distributions
             (``tune.loguniform``, ``tune.choice``, ...) or constants.
         defaults: fixed config values the searcher does not touch (nested dicts allowed).
-        metric: the reported metric that decides which trial is best.
-        mode: "min" or "max" for ``metric``.
-        scheduler: "asha" or "fifo"; ``scheduler_options`` are passed to Ray Tune's class.
-        searcher: "optuna" (TPE), "hyperopt" (TPE) or "random"; ``searcher_options`` are passed to Ray Tune's class.
+        metric: the reported metric that decides which trial is best; or a list of metrics
+            for a multi-objective search (Optuna searches on all of them, the scheduler and
+            the "best trial" use the first, the sweep records the Pareto-optimal trials).
+        mode: "min" or "max" for ``metric`` (a list of them for a list of metrics).
+        scheduler: "fifo", "asha", "hyperband", "median", "pbt" or "pb2";
+            ``scheduler_options`` are passed to Ray Tune's class (see docs/schedulers.md).
+        searcher: "optuna" (TPE; other samplers with ``searcher_options={"sampler": ...}``),
+            "hyperopt" (TPE), "random" or "grid"; ``searcher_options`` are passed to Ray
+            Tune's class.
         num_samples: how many trials the sweep runs.
         workers_per_trial: Ray Train workers (DDP processes) in each trial.
         use_gpu: give each worker a GPU.
@@ -124,8 +129,8 @@ class Experiment:
     name: str
     train_loop: Callable[[dict[str, Any]], Any]
     space: Mapping[str, Any]
-    metric: str
-    mode: Mode
+    metric: str | Sequence[str]
+    mode: Mode | Sequence[Mode]
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     scheduler: str = "asha"
     scheduler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -161,6 +166,25 @@ class Experiment:
         return {key: float(value) for key, value in resources.items()}
 
     @property
+    def objectives(self) -> list[tuple[str, Mode]]:
+        """(metric, mode) of each objective; the first decides the best trial and the scheduler."""
+        metrics = [self.metric] if isinstance(self.metric, str) else list(self.metric)
+        modes = [self.mode] if isinstance(self.mode, str) else list(self.mode)
+        return list(zip(metrics, modes, strict=True))
+
+    @property
+    def primary_metric(self) -> str:
+        return self.objectives[0][0]
+
+    @property
+    def primary_mode(self) -> Mode:
+        return self.objectives[0][1]
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
     def in_process(self) -> bool:
         """Whether trials run their train loop in the Tune trial's process (see ``trial_runner``)."""
         if self.trial_runner == "auto":
@@ -178,15 +202,23 @@ class Experiment:
                 f"Experiment.train_loop must be a function of config, but got {self.train_loop!r}.",
                 fix="Pass the function that trains on each worker, e.g. train_loop=train_loop.",
             )
-        if self.mode not in ("min", "max"):
+        metrics = [self.metric] if isinstance(self.metric, str) else list(self.metric)
+        modes = [self.mode] if isinstance(self.mode, str) else list(self.mode)
+        if not metrics or not all(isinstance(m, str) and m for m in metrics):
             raise ExperimentError(
-                f"Experiment.mode must be 'min' or 'max', but got {self.mode!r}.",
-                fix="Use mode='min' for losses and mode='max' for accuracies.",
-            )
-        if not isinstance(self.metric, str) or not self.metric:
-            raise ExperimentError(
-                f"Experiment.metric must be the name of a reported metric, but got {self.metric!r}.",
+                f"Experiment.metric must be the name of a reported metric (or a list of them), "
+                f"but got {self.metric!r}.",
                 fix='Name the metric your train loop reports, e.g. metric="val_loss".',
+            )
+        if len(modes) != len(metrics) or any(m not in ("min", "max") for m in modes):
+            raise ExperimentError(
+                f"Experiment.mode must be 'min' or 'max' for each metric, but got mode={self.mode!r} "
+                f"for metric={self.metric!r}.",
+                fix="Use mode='min' for losses and mode='max' for accuracies; one mode per metric.",
+            )
+        if len(set(metrics)) != len(metrics):
+            raise ExperimentError(
+                f"Experiment.metric names a metric twice: {self.metric!r}.", fix="Name each objective once."
             )
         if self.scheduler not in SCHEDULERS:
             raise ExperimentError(

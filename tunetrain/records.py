@@ -55,6 +55,28 @@ def rank_trials(trials: list[TrialRecord], mode: str) -> list[TrialRecord]:
     return [t for _, t in ordered]
 
 
+def pareto_front(trials: list[TrialRecord], objectives: list[tuple[str, str]]) -> list[TrialRecord]:
+    """Trials whose last reported values of the objectives no other trial dominates (at least
+    as good on every objective, better on one). Trials missing an objective or with a
+    non-finite value take no part."""
+
+    def key(trial: TrialRecord) -> list[float] | None:
+        values: list[float] = []
+        for metric, mode in objectives:  # as values to minimise
+            value = trial.last.get(metric)
+            if value is None or not math.isfinite(value):
+                return None
+            values.append(value if mode == "min" else -value)
+        return values
+
+    scored = [(values, trial) for trial in trials if (values := key(trial)) is not None]
+
+    def dominated(a: list[float]) -> bool:
+        return any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for b, _ in scored)
+
+    return sorted((t for values, t in scored if not dominated(values)), key=lambda t: t.index)
+
+
 @dataclasses.dataclass
 class SweepOutcome:
     """What a finished (or interrupted) sweep hands back to the CLI."""
@@ -72,6 +94,9 @@ class SweepOutcome:
     interrupted: bool = False
     log_path: str | None = None
     storage_path: str | None = None
+    # Several objectives: (metric, mode) of each, and the Pareto-optimal trials.
+    objectives: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    pareto: list[TrialRecord] = dataclasses.field(default_factory=list)
 
     @property
     def best(self) -> TrialRecord | None:

@@ -318,6 +318,16 @@ class SweepRecorder:
 
         self._submit(task)
 
+    def log_dict(self, trial: str, name: str, content: Any) -> None:
+        """Write ``content`` as the JSON artifact ``name`` of the trial's run (replacing it)."""
+
+        def task() -> None:
+            run_id = self._run_id(trial)
+            if run_id is not None:
+                self._client.log_dict(run_id, content, name)
+
+        self._submit(task)
+
     def run_id(self, trial: str) -> str | None:
         """The trial's MLflow run id (after :meth:`flush`)."""
         return self._run_ids.get(trial)

@@ -25,11 +25,11 @@ from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from tunetrain import _space, provenance
-from tunetrain.algorithms import build_scheduler, build_searcher
+from tunetrain.algorithms import build_scheduler, build_searcher, check_pairing, searcher_owns_space
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
-from tunetrain.records import ENDED, SweepOutcome, TrialRecord, error_headline
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord, error_headline, pareto_front
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import derive_seed, draw_root_seed
 from tunetrain.tracking import SweepRecorder
@@ -77,7 +77,12 @@ class SweepPlan:
 
     @property
     def param_space(self) -> dict[str, Any]:
-        return _space.merge(self.experiment.defaults, self.experiment.space)
+        """Tune's param_space: defaults and space; only their constants when the searcher
+        holds the space itself (Optuna with a conditional space)."""
+        space = self.experiment.space
+        if searcher_owns_space(self.experiment):
+            space = _space.constants(space)
+        return _space.merge(self.experiment.defaults, space)
 
 
 def user_metrics(result: Mapping[str, Any]) -> dict[str, float]:
@@ -208,16 +213,11 @@ def plan_sweep(
     )
     max_concurrent = min(experiment.max_concurrent or fits, experiment.num_samples)
     free = _space.free_dimensions(experiment.space)
-    grids = [key for key, value in _space.iter_leaves(experiment.space) if _space.is_grid(value)]
     searcher = experiment.searcher
-    if grids and searcher != "random":
-        raise ExperimentError(
-            f"tune.grid_search (at {', '.join(grids)}) needs searcher='random', but got searcher={searcher!r}.",
-            fix="Use --searcher random for grid searches, or replace grid_search with tune.choice.",
-        )
-    if not free and searcher != "random":
+    if not free and searcher in ("optuna", "hyperopt"):
         # Every dimension is pinned: there is nothing for a model-based searcher to learn.
         searcher = "random"
+    check_pairing(experiment.replace(searcher=searcher))
     root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
     # Build the scheduler and searcher once now, so that bad options fail before anything starts.
     build_scheduler(experiment)
@@ -249,7 +249,9 @@ def describe_plan(plan: SweepPlan) -> str:
         lines.append(f"  {key} = {value!r}")
     stop = exp.stop
     lines += [
-        f"Metric: {exp.metric} ({exp.mode})",
+        "Metric: "
+        + ", ".join(f"{metric} ({mode})" for metric, mode in exp.objectives)
+        + (" (the scheduler and the best trial use the first)" if exp.multi_objective else ""),
         f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
         f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
         f"Trials: {exp.num_samples}, at most {plan.max_concurrent} at once",
@@ -261,7 +263,7 @@ def describe_plan(plan: SweepPlan) -> str:
         + "; ".join(describe_resources(node) for node in plan.nodes),
         f"Root seed: {plan.root_seed}",
         f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
-        f"{exp.checkpoint.score_attribute or exp.metric} ({exp.checkpoint.score_order or exp.mode})",
+        f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
         f"MLflow: {plan.tracking_uri} (experiment {exp.name!r})",
         f"Trial storage: {plan.storage_path}/{plan.sweep_name}",
     ]
@@ -272,36 +274,42 @@ def describe_plan(plan: SweepPlan) -> str:
 
 
 class SweepStopper(tune.Stopper):
-    """The experiment's stop rule, plus the two checks tunetrain adds to every result:
-    the metric must be reported (else the whole sweep stops: bad input), and a non-finite
-    metric ends the trial as diverged."""
+    """The experiment's stop rule, plus the checks tunetrain adds to every result: every
+    objective metric must be reported (else the whole sweep stops: bad input), and a
+    non-finite value of one ends the trial as diverged."""
 
     def __init__(self, experiment: Experiment) -> None:
-        self.metric = experiment.metric
+        self.metrics = [metric for metric, _ in experiment.objectives]
         self.max_iterations = experiment.stop.max_iterations
         self.max_seconds = experiment.stop.max_trial_seconds
         self.diverged: set[str] = set()
-        self.missing_metric: str | None = None
+        self.bad_input: str | None = None
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        if self.metric not in result:
-            if self.missing_metric is None:
+        missing = [metric for metric in self.metrics if metric not in result]
+        if missing:
+            if self.bad_input is None:
                 reported = sorted(user_metrics(result)) or ["(none)"]
-                self.missing_metric = (
-                    f"The experiment's metric {self.metric!r} was never reported; the train loop "
+                self.bad_input = (
+                    f"The experiment's metric {missing[0]!r} was never reported; the train loop "
                     f"reported: {', '.join(reported)}."
                 )
             return True
-        value = result[self.metric]
-        if isinstance(value, int | float) and not math.isfinite(value):
+        values = [result[metric] for metric in self.metrics]
+        if any(isinstance(value, int | float) and not math.isfinite(value) for value in values):
             self.diverged.add(trial_id)
             return True
         if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
             return True
         return self.max_seconds is not None and result.get("time_total_s", 0.0) >= self.max_seconds
 
+    def refuse(self, message: str) -> None:
+        """Stop the whole sweep as bad input (exit 2) with ``message``."""
+        if self.bad_input is None:
+            self.bad_input = message
+
     def stop_all(self) -> bool:
-        return self.missing_metric is not None
+        return self.bad_input is not None
 
 
 class SweepCallback(tune.Callback):
@@ -314,17 +322,21 @@ class SweepCallback(tune.Callback):
         recorder: SweepRecorder,
         view: LiveView,
         stopper: SweepStopper,
-        early_stopped: Mapping[str, int],
+        scheduler: Any,
     ) -> None:
         self.plan = plan
         self.recorder = recorder
         self.view = view
         self.stopper = stopper
-        self.early_stopped = early_stopped
+        self.early_stopped: Mapping[str, int] = scheduler.early_stopped
+        self.exploits: list[dict[str, Any]] = scheduler.exploits  # PBT/PB2, appended by the scheduler
+        self._exploits_seen = 0
+        self._exploits_of: dict[str, list[dict[str, Any]]] = {}
+        self.population_based = plan.experiment.scheduler in ("pbt", "pb2")
         self.records: dict[str, TrialRecord] = {}
         exp = plan.experiment
-        self.score_attribute = exp.checkpoint.score_attribute or exp.metric
-        self.score_order = exp.checkpoint.score_order or exp.mode
+        self.score_attribute = exp.checkpoint.score_attribute or exp.primary_metric
+        self.score_order = exp.checkpoint.score_order or exp.primary_mode
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks with the experiment state; the recorder (a thread) and
@@ -332,6 +344,11 @@ class SweepCallback(tune.Callback):
         return {k: v for k, v in self.__dict__.items() if k not in ("recorder", "view")}
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._record_exploits()
+        record = self.records.get(trial.trial_id)
+        if record is not None:  # resumed (HyperBand) or restarted from a donor (PBT): same run
+            record.config = dict(trial.config)
+            return
         name = str(trial)
         index = trial_index(name)
         record = TrialRecord(
@@ -354,11 +371,14 @@ class SweepCallback(tune.Callback):
             },
             start_time=record.start_time,
         )
+        if self.population_based:  # the values PBT may change, as metrics from step 0 on
+            self.recorder.log_metrics(name, step=0, metrics=self._mutable_values(record.config), timestamp=time.time())
         self.view.update(self._trials(), force=True)
 
     def on_trial_result(
         self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
     ) -> None:
+        self._record_exploits()
         record = self.records.get(trial.trial_id)
         if record is None:
             return
@@ -366,10 +386,55 @@ class SweepCallback(tune.Callback):
         metrics = user_metrics(result)
         record.iterations = step
         record.last = metrics
-        if self.plan.experiment.metric in metrics:
-            record.observe(self.plan.experiment.mode, metrics[self.plan.experiment.metric])
+        if self.plan.experiment.primary_metric in metrics:
+            record.observe(self.plan.experiment.primary_mode, metrics[self.plan.experiment.primary_metric])
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
+        if self.population_based and step >= 2 and not record.checkpoints:
+            self.stopper.refuse(
+                f"Scheduler {self.plan.experiment.scheduler!r} clones trials from their checkpoints, but "
+                f"{record.name} reported {step} times without a checkpoint."
+            )
         self.view.update(self._trials())
+
+    def _mutable_values(self, config: Mapping[str, Any]) -> dict[str, float]:
+        free = set(_space.free_dimensions(self.plan.experiment.space))
+        return {
+            f"pbt.{key}": float(value)
+            for key, value in _space.flatten(config).items()
+            if key in free and isinstance(value, int | float) and not isinstance(value, bool)
+        }
+
+    def _record_exploits(self) -> None:
+        """Record each PBT exploit on the recipient's run: step, donor, old and new values."""
+        while self._exploits_seen < len(self.exploits):
+            exploit = self.exploits[self._exploits_seen]
+            self._exploits_seen += 1
+            record, donor = self.records.get(exploit["trial_id"]), self.records.get(exploit["donor_id"])
+            if record is None or donor is None:
+                continue
+            record.config = dict(exploit["config"])
+            entry = {
+                "step": exploit["step"],
+                "donor": donor.name,
+                "donor_run_id": self.recorder.run_id(donor.name),
+                "donor_step": exploit["donor_step"],
+                "old": exploit["old"],
+                "new": exploit["new"],
+            }
+            history = self._exploits_of.setdefault(record.name, [])
+            history.append(entry)
+            self.recorder.log_metrics(
+                record.name, step=exploit["step"], metrics=self._mutable_values(record.config), timestamp=time.time()
+            )
+            self.recorder.set_tags(
+                record.name,
+                {
+                    "tunetrain.pbt.exploits": len(history),
+                    "tunetrain.pbt.last_donor": donor.name,
+                    "tunetrain.pbt.last_donor_run_id": entry["donor_run_id"] or "",
+                },
+            )
+            self.recorder.log_dict(record.name, "pbt_exploits.json", {"exploits": history})
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         # Persisted by Tune (for both trial runners) after the result it came with.
@@ -387,8 +452,9 @@ class SweepCallback(tune.Callback):
             return
         if trial.trial_id in self.stopper.diverged:
             self._end(record, "diverged")
-        elif self.stopper.missing_metric is not None and self.plan.experiment.metric not in record.last:
-            self._end(record, "failed", error=self.stopper.missing_metric)
+        elif self.stopper.bad_input is not None:
+            failed = self.plan.experiment.primary_metric not in record.last
+            self._end(record, "failed" if failed else "interrupted", error=self.stopper.bad_input if failed else None)
         elif trial.trial_id in self.early_stopped:
             self._end(record, "stopped_early")
         else:
@@ -400,6 +466,7 @@ class SweepCallback(tune.Callback):
             self._end(record, "failed", error=_trial_error(trial))
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self._record_exploits()
         self.view.update(self._trials())
 
     def _trials(self) -> list[TrialRecord]:
@@ -461,8 +528,8 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.experiment_sha256": file_sha256(exp.source_path) if exp.source_path else "",
         "tunetrain.scheduler": exp.scheduler,
         "tunetrain.searcher": exp.searcher,
-        "tunetrain.metric": exp.metric,
-        "tunetrain.mode": exp.mode,
+        "tunetrain.metric": exp.primary_metric,
+        "tunetrain.mode": exp.primary_mode,
         "tunetrain.num_samples": exp.num_samples,
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.workers_per_trial": exp.workers_per_trial,
@@ -502,12 +569,10 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     scheduler = build_scheduler(exp)
     searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=plan.max_concurrent)
     stopper = SweepStopper(exp)
-    view = LiveView(metric=exp.metric, mode=exp.mode, total=exp.num_samples, stream=stream)
+    view = LiveView(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.num_samples, stream=stream)
     callback: SweepCallback | None = None
     try:
-        callback = SweepCallback(
-            plan=plan, recorder=recorder, view=view, stopper=stopper, early_stopped=scheduler.early_stopped
-        )
+        callback = SweepCallback(plan=plan, recorder=recorder, view=view, stopper=stopper, scheduler=scheduler)
         spec = TrialSpec(
             train_loop=exp.train_loop,
             num_workers=exp.workers_per_trial,
@@ -527,12 +592,12 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             trainable,
             param_space=plan.param_space,
             tune_config=tune.TuneConfig(
-                metric=exp.metric,
-                mode=exp.mode,
+                # metric and mode are the scheduler's and the searcher's own (the searcher may
+                # search on several metrics, the scheduler decides on the first).
                 scheduler=scheduler,
                 search_alg=searcher,
                 num_samples=exp.num_samples,
-                max_concurrent_trials=plan.max_concurrent if exp.searcher != "random" else None,
+                max_concurrent_trials=plan.max_concurrent if exp.searcher not in ("random", "grid") else None,
                 time_budget_s=exp.stop.time_budget_s,
                 trial_name_creator=TrialNamer(first),
                 trial_dirname_creator=trial_dirname,
@@ -543,9 +608,10 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 storage_path=plan.storage_path,
                 stop=stopper,
                 callbacks=[callback],
-                # Every trial's checkpoints are Tune's (see trial.py), kept by the policy.
+                # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
+                # under PBT all of them: a recipient may restore any donor's at any time.
                 checkpoint_config=tune.CheckpointConfig(
-                    num_to_keep=exp.checkpoint.num_to_keep,
+                    num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
                     checkpoint_score_attribute=callback.score_attribute,
                     checkpoint_score_order=callback.score_order,
                 ),
@@ -568,23 +634,38 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         outcome = SweepOutcome(
             sweep_name=plan.sweep_name,
             sweep_id=plan.sweep_id,
-            metric=exp.metric,
-            mode=exp.mode,
+            metric=exp.primary_metric,
+            mode=exp.primary_mode,
             trials=records,
             experiment_id=recorder.experiment_id,
             parent_run_id=parent_run_id,
             tracking_uri=plan.tracking_uri,
             run_ids={},
-            bad_input=stopper.missing_metric,
-            interrupted=interrupted and stopper.missing_metric is None,
+            bad_input=stopper.bad_input,
+            interrupted=interrupted and stopper.bad_input is None,
             log_path=str(log_dir),
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
         )
+        pareto_tags: dict[str, Any] = {}
+        if exp.multi_objective:
+            outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
+            outcome.pareto = pareto_front(records, outcome.objectives)
+            for record in outcome.pareto:
+                recorder.set_tags(record.name, {"tunetrain.pareto": "true"})
+            recorder.flush()
+            pareto_tags = {
+                "tunetrain.objectives": ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
+                "tunetrain.pareto_trials": ",".join(r.name for r in outcome.pareto),
+                "tunetrain.pareto_run_ids": ",".join(recorder.run_id(r.name) or "" for r in outcome.pareto),
+            }
         best = outcome.best
         recorder.end_sweep(
             status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
-            best_metrics={f"best_{exp.metric}": best.best_value} if best and best.best_value is not None else {},
+            best_metrics={f"best_{exp.primary_metric}": best.best_value}
+            if best and best.best_value is not None
+            else {},
             tags={
+                **pareto_tags,
                 "tunetrain.trials": len(records),
                 **{f"tunetrain.trials.{s}": outcome.count(s) for s in ENDED if outcome.count(s)},
             },
