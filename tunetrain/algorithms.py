@@ -31,7 +31,8 @@ OPTUNA_SAMPLERS = ("tpe", "cmaes", "nsga2", "gp", "random")
 
 # Which searchers each scheduler works with. Ray Tune refuses a search algorithm with PBT
 # and PB2 (they explore by themselves, from the population).
-_SEARCHERS_FOR = {"pbt": ("random", "grid"), "pb2": ("random", "grid")}
+# PB2 also needs continuous dimensions, which a grid does not have.
+_SEARCHERS_FOR = {"pbt": ("random", "grid"), "pb2": ("random",)}
 
 
 class _RecordsDecisions:
@@ -123,9 +124,12 @@ def check_pairing(experiment: Experiment) -> None:
     """Refuse scheduler/searcher/objective combinations Ray Tune does not run, saying which work."""
     allowed = _SEARCHERS_FOR.get(experiment.scheduler)
     if allowed and experiment.searcher not in allowed:
+        if experiment.searcher == "grid":
+            reason = "PB2 tunes continuous dimensions, which a grid has not"
+        else:
+            reason = "Ray Tune refuses a search algorithm with population-based training, which explores by itself"
         raise ExperimentError(
-            f"Scheduler {experiment.scheduler!r} cannot be paired with searcher {experiment.searcher!r}: Ray Tune "
-            f"refuses a search algorithm with population-based training, which explores by itself. "
+            f"Scheduler {experiment.scheduler!r} cannot be paired with searcher {experiment.searcher!r}: {reason}. "
             f"{experiment.scheduler!r} works with searcher {' or '.join(map(repr, allowed))}.",
             fix=f"Use --searcher {allowed[0]}, or another scheduler (fifo, asha, hyperband, median) with "
             f"{experiment.searcher!r}.",
@@ -246,7 +250,9 @@ def pbt_mutations(space: Mapping[str, Any]) -> dict[str, Any]:
     (PBT multiplies by 0.8 or 1.2, or resamples). Nested dicts stay nested."""
     out: dict[str, Any] = {}
     for key, value in space.items():
-        if isinstance(value, Mapping):
+        if _space.is_grid(value):
+            out[key] = list(value["grid_search"])
+        elif isinstance(value, Mapping):
             inner = pbt_mutations(value)
             if inner:
                 out[key] = inner

@@ -3,8 +3,9 @@
 Two runners, one train loop:
 
 * :func:`run_trial` is the Train V2 pattern for tuning distributed training: a small Tune
-  function builds a ``TorchTrainer`` whose reports reach Tune through ``TuneReportCallback``
-  and calls ``fit()`` (passing a TorchTrainer into ``Tuner`` is deprecated in Train V2). The
+  function builds a ``TorchTrainer`` whose reports (with their checkpoints) reach Tune
+  through a Train callback and calls ``fit()`` (passing a TorchTrainer into ``Tuner`` is
+  deprecated in Train V2). The
   driver holds no CPU (see :data:`DRIVER_RESOURCES`), seeds every worker from the trial's
   seed and its rank, and gives each launch a unique Train run name (reusing a name makes
   Train resume that run's old state).

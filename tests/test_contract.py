@@ -1,0 +1,282 @@
+"""Every scheduler x searcher pairing through a real short sweep, and what each scheduler
+is for: ASHA stops at rungs, HyperBand and median stopping stop early, PBT hands weights
+over between distributed trials; several objectives give a Pareto front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+from tests.test_sweep import by_status, sweep_runs
+from tunetrain.experiment import SCHEDULERS, SEARCHERS
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+# A loop that checkpoints every step and resumes from a checkpoint, as PBT and HyperBand
+# (which pauses and resumes trials) need.
+CHECKPOINTING = """
+import json
+import os
+import tempfile
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    start, total = 0, 0.0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            state = json.load(f)
+        start, total = state["step"], state["total"]
+    for step in range(start, ITERATIONS):
+        total += config["x"]
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"step": step + 1, "total": total}, f)
+            loss = total / (step + 1) + 1.0 / (step + 1)
+            checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report({"loss": loss, "x_used": config["x"]}, checkpoint=checkpoint)
+
+
+experiment = Experiment(
+    name="contract", train_loop=loop, space={"x": SPACE}, metric="loss", mode="min",
+    num_samples=SAMPLES, stop=StopRule(max_iterations=ITERATIONS), seed=3,
+)
+"""
+
+
+def checkpointing(folder: Path, *, space: str, samples: int, iterations: int) -> Path:
+    body = CHECKPOINTING.replace("SPACE", space).replace("SAMPLES", str(samples)).replace("ITERATIONS", str(iterations))
+    return write_experiment(folder, body)
+
+
+PAIRS = [(scheduler, searcher) for scheduler in SCHEDULERS for searcher in SEARCHERS]
+REFUSED = {("pbt", "optuna"), ("pbt", "hyperopt"), ("pb2", "optuna"), ("pb2", "hyperopt"), ("pb2", "grid")}
+
+
+@pytest.mark.parametrize(("scheduler", "searcher"), PAIRS)
+def test_every_scheduler_and_searcher_pairing_runs_or_is_refused_up_front(
+    workdir: Path, scheduler: str, searcher: str
+) -> None:
+    grid = searcher == "grid"
+    space = "tune.grid_search([0.2, 0.5, 0.8, 0.9])" if grid else "tune.uniform(0.0, 1.0)"
+    path = checkpointing(workdir, space=space, samples=1 if grid else 4, iterations=4)
+    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", searcher)
+    if (scheduler, searcher) in REFUSED:
+        # Refused before anything ran, naming the searchers that work with this scheduler.
+        assert status == 2, out
+        assert f"Scheduler {scheduler!r} cannot be paired with searcher {searcher!r}" in out
+        assert "works with searcher 'random'" in out
+        assert not (workdir / "mlflow.db").exists()
+        return
+    assert status == 0, out
+    _, parent, children = sweep_runs(workdir, "contract")
+    # One child run per trial (4 samples, or the 4 grid points), each ended with a status.
+    assert len(children) == 4
+    assert all(run.data.tags["tunetrain.status"] in ("completed", "stopped_early") for run in children)
+    assert parent.data.tags["tunetrain.scheduler"] == scheduler
+    assert parent.data.tags["tunetrain.searcher"] == searcher
+
+
+def _iterations(children: list[Any]) -> dict[str, list[int]]:
+    return {
+        status: sorted(int(r.data.tags["tunetrain.iterations"]) for r in runs)
+        for status, runs in by_status(children).items()
+    }
+
+
+def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
+    path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=12, iterations=8)
+    status, out = run_cli("sweep", str(path), "--scheduler", "asha", "--searcher", "random")
+    assert status == 0, out
+    client, _, children = sweep_runs(workdir, "contract")
+    stopped = [r for r in children if r.data.tags["tunetrain.status"] == "stopped_early"]
+    assert stopped, _iterations(children)
+    for run in stopped:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+        # grace 1, reduction factor 2, max_t 8: rungs at 1, 2 and 4 iterations; the recorded
+        # steps of a stopped trial end exactly on one of them.
+        assert steps == list(range(1, len(steps) + 1)) and steps[-1] in (1, 2, 4)
+
+
+@pytest.mark.parametrize("scheduler", ["hyperband", "median"])
+def test_hyperband_and_median_stopping_stop_poor_trials_early(workdir: Path, scheduler: str) -> None:
+    path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=9, iterations=9)
+    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", "random")
+    assert status == 0, out
+    _, _, children = sweep_runs(workdir, "contract")
+    iterations = _iterations(children)
+    # Some trials ran to the end, some were stopped before it.
+    assert iterations.get("stopped_early") and all(n < 9 for n in iterations["stopped_early"]), iterations
+    assert iterations.get("completed") and all(n == 9 for n in iterations["completed"]), iterations
+
+
+# A PBT test loop whose reported state is a function of the loaded weights: `total` lives in
+# the checkpoint and grows by `rate` each step; `restored` is the total the run started from.
+PBT = """
+import json
+import os
+import tempfile
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    start, total = 0, 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            state = json.load(f)
+        start, total = state["step"], state["total"]
+    restored = total
+    for step in range(start, 12):
+        time.sleep(0.3)  # stands for a training step
+        total += config["rate"]
+        with tempfile.TemporaryDirectory() as folder:
+            if ray.train.get_context().get_world_rank() == 0:
+                with open(os.path.join(folder, "state.json"), "w") as f:
+                    json.dump({"step": step + 1, "total": total}, f)
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
+            else:
+                checkpoint = None
+            ray.train.report({"total": total, "restored": restored, "rate": config["rate"]}, checkpoint=checkpoint)
+
+
+experiment = Experiment(
+    name="pbt2", train_loop=loop, space={"rate": tune.choice([1, 10, 100, 1000])}, metric="total", mode="max",
+    scheduler="pbt", scheduler_options={"perturbation_interval": 3, "quantile_fraction": 0.5},
+    searcher="random", num_samples=2, workers_per_trial=2, resources_per_worker={"CPU": 0.5},
+    stop=StopRule(max_iterations=12), seed=11,
+)
+"""
+
+
+def test_pbt_hands_the_donors_weights_to_a_two_worker_recipient_with_the_perturbed_value(workdir: Path) -> None:
+    path = write_experiment(workdir, PBT)
+    status, out = run_cli("sweep", str(path))
+    assert status == 0, out
+    client, _, children = sweep_runs(workdir, "pbt2")
+    assert len(children) == 2  # an exploit keeps the recipient's one run
+    runs = {r.data.tags["mlflow.runName"]: r for r in children}
+    exploited = [r for r in children if "tunetrain.pbt.exploits" in r.data.tags]
+    assert exploited, "PBT exploited at least once"
+
+    def history(run: Any, key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+
+    for run in exploited:
+        exploits = json.loads(Path(client.download_artifacts(run.info.run_id, "pbt_exploits.json")).read_text())
+        donor = runs[exploits["exploits"][0]["donor"]]
+        first = exploits["exploits"][0]
+        restored, total, rate = history(run, "restored"), history(run, "total"), history(run, "rate")
+        # The recipient's first report after the exploit: it started from a total the donor
+        # had reported (the donor's weights), and went on with the perturbed rate.
+        after = min(step for step, value in restored.items() if value != 0)
+        assert restored[after] in set(history(donor, "total").values())
+        assert rate[after] == first["new"]["rate"] and first["new"]["rate"] != first["old"]["rate"]
+        assert total[after] == restored[after] + first["new"]["rate"]
+        # The mutated value is readable over time on the run (step 0: the first value).
+        assert history(run, "pbt.rate")[0] == first["old"]["rate"]
+        assert run.data.tags["tunetrain.pbt.last_donor"] == donor.data.tags["mlflow.runName"]
+
+
+def test_pbt_without_checkpoints_is_refused_after_the_first_reports(workdir: Path) -> None:
+    path = write_experiment(
+        workdir,
+        PBT.replace("checkpoint=checkpoint)", "checkpoint=None)").replace("workers_per_trial=2", "workers_per_trial=1"),
+    )
+    status, out = run_cli("sweep", str(path))
+    assert status == 2, out
+    assert "clones trials from their checkpoints" in out and "without a checkpoint" in out
+
+
+TWO_OBJECTIVES = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment
+
+
+def loop(config):
+    for step in range(2):
+        ray.train.report({"error": (config["x"] - 0.8) ** 2, "size": config["x"]})
+
+
+experiment = Experiment(
+    name="mo", train_loop=loop, space={"x": tune.uniform(0.0, 1.0)}, metric=["error", "size"], mode=["min", "min"],
+    scheduler="fifo", searcher="optuna", num_samples=8, seed=2,
+)
+"""
+
+
+def test_two_objectives_record_and_print_the_pareto_front(workdir: Path) -> None:
+    status, out = run_cli("sweep", str(write_experiment(workdir, TWO_OBJECTIVES)))
+    assert status == 0, out
+    _, parent, children = sweep_runs(workdir, "mo")
+    points = {r.info.run_id: (r.data.metrics["error"], r.data.metrics["size"]) for r in children}
+    # The non-dominated trials, computed here from the recorded final values.
+    front = {
+        rid
+        for rid, (e, s) in points.items()
+        if not any(e2 <= e and s2 <= s and (e2, s2) != (e, s) for e2, s2 in points.values())
+    }
+    tagged = {r.info.run_id for r in children if r.data.tags.get("tunetrain.pareto") == "true"}
+    assert tagged == front
+    assert set(parent.data.tags["tunetrain.pareto_run_ids"].split(",")) == front
+    assert f"Pareto-optimal trials ({len(front)}) on error (min), size (min)" in out
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
+def test_a_conditional_space_records_only_the_chosen_branch(workdir: Path, searcher: str) -> None:
+    status, out = run_cli(
+        "sweep",
+        str(EXPERIMENTS / "conditional_digits.py"),
+        *("--searcher", searcher, "--num-samples", "6", "--set", "epochs=2"),
+    )
+    assert status == 0, out
+    _, _, children = sweep_runs(workdir, "conditional_digits")
+    for run in children:
+        params = {k for k in run.data.params if k.startswith("optimizer.")}
+        # SGD trials have momentum and no beta1; Adam trials the other way round.
+        if run.data.params["optimizer.name"] == "sgd":
+            assert params == {"optimizer.name", "optimizer.lr", "optimizer.momentum"}
+        else:
+            assert params == {"optimizer.name", "optimizer.lr", "optimizer.beta1"}
+
+
+def test_the_pbt_example_runs_on_the_digits_mlp(workdir: Path) -> None:
+    status, out = run_cli("sweep", str(EXPERIMENTS / "pbt_digits.py"), "--set", "epochs=6")
+    assert status == 0, out
+    client, _, children = sweep_runs(workdir, "pbt_digits")
+    assert len(children) == 4
+    # Mutated values are recorded over time as metrics (step 0 is the first value).
+    for run in children:
+        assert min(m.step for m in client.get_metric_history(run.info.run_id, "pbt.lr")) == 0
+
+
+def test_seeded_searchers_suggest_the_same_configs_in_two_sweeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configs = []
+    for attempt in ("first", "second"):
+        folder = tmp_path / attempt
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        path = checkpointing(folder, space="tune.uniform(0.0, 1.0)", samples=4, iterations=2)
+        status, out = run_cli(
+            "sweep", str(path), "--scheduler", "fifo", "--searcher", "optuna", "--max-concurrent", "1"
+        )
+        assert status == 0, out
+        _, _, children = sweep_runs(folder, "contract")
+        configs.append(sorted((r.data.tags["tunetrain.trial_index"], r.data.params["x"]) for r in children))
+    # The same root seed: the same suggestions, trial by trial.
+    assert configs[0] == configs[1]
