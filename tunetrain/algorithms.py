@@ -49,10 +49,27 @@ class _RecordsDecisions:
         self.exploits: list[dict[str, Any]] = []
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
+        watched = _StopWatch(tune_controller, self.early_stopped) if tune_controller is not None else None
+        decision: str = super().on_trial_result(watched, trial, result)  # type: ignore[misc]
         if decision == TrialScheduler.STOP and not result.get("done"):
             self.early_stopped[trial.trial_id] = int(result.get("training_iteration", 0))
         return decision
+
+
+class _StopWatch:
+    """Tune's controller as a scheduler sees it, noting the trials the scheduler stops
+    directly (synchronous HyperBand stops paused trials this way, not by a decision)."""
+
+    def __init__(self, controller: Any, early_stopped: dict[str, int]) -> None:
+        self._controller = controller
+        self._early_stopped = early_stopped
+
+    def stop_trial(self, trial: Any) -> Any:
+        self._early_stopped[trial.trial_id] = int((trial.last_result or {}).get("training_iteration", 0))
+        return self._controller.stop_trial(trial)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._controller, name)
 
 
 class _RecordsExploits(_RecordsDecisions):

@@ -455,10 +455,16 @@ class SweepCallback(tune.Callback):
         elif self.stopper.bad_input is not None:
             failed = self.plan.experiment.primary_metric not in record.last
             self._end(record, "failed" if failed else "interrupted", error=self.stopper.bad_input if failed else None)
-        elif trial.trial_id in self.early_stopped:
+        elif trial.trial_id in self.early_stopped and not self._ran_full_budget(record):
             self._end(record, "stopped_early")
         else:
             self._end(record, "completed")
+
+    def _ran_full_budget(self, record: TrialRecord) -> bool:
+        """A trial the scheduler stopped at the stop rule's last iteration ran its whole budget
+        (HyperBand stops the survivors of a finished bracket)."""
+        limit = self.plan.experiment.stop.max_iterations
+        return limit is not None and record.iterations >= limit
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         record = self.records.get(trial.trial_id)
