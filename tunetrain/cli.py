@@ -125,11 +125,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
     if outcome.bad_input:
-        print(
-            f"\ntunetrain: error: {outcome.bad_input}\n  Fix: report the metric named by the experiment "
-            f"(ray.train.report({{{experiment.primary_metric!r}: ...}})) or change Experiment.metric.",
-            file=stream,
-        )
+        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
         return EXIT_BAD_INPUT
     if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
         return EXIT_OK

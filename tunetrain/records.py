@@ -91,6 +91,7 @@ class SweepOutcome:
     tracking_uri: str
     run_ids: dict[str, str]
     bad_input: str | None = None
+    bad_input_fix: str = ""
     interrupted: bool = False
     log_path: str | None = None
     storage_path: str | None = None

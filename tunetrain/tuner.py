@@ -283,16 +283,19 @@ class SweepStopper(tune.Stopper):
         self.max_iterations = experiment.stop.max_iterations
         self.max_seconds = experiment.stop.max_trial_seconds
         self.diverged: set[str] = set()
-        self.bad_input: str | None = None
+        self.bad_input: str | None = None  # why the sweep was stopped as bad input
+        self.bad_input_fix = ""
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         missing = [metric for metric in self.metrics if metric not in result]
         if missing:
             if self.bad_input is None:
                 reported = sorted(user_metrics(result)) or ["(none)"]
-                self.bad_input = (
+                self.refuse(
                     f"The experiment's metric {missing[0]!r} was never reported; the train loop "
-                    f"reported: {', '.join(reported)}."
+                    f"reported: {', '.join(reported)}.",
+                    fix=f"Report the metric named by the experiment (ray.train.report({{{missing[0]!r}: ...}})) "
+                    "or change Experiment.metric.",
                 )
             return True
         values = [result[metric] for metric in self.metrics]
@@ -303,10 +306,10 @@ class SweepStopper(tune.Stopper):
             return True
         return self.max_seconds is not None and result.get("time_total_s", 0.0) >= self.max_seconds
 
-    def refuse(self, message: str) -> None:
-        """Stop the whole sweep as bad input (exit 2) with ``message``."""
+    def refuse(self, message: str, *, fix: str) -> None:
+        """Stop the whole sweep as bad input (exit 2): ``message`` says why, ``fix`` how to fix it."""
         if self.bad_input is None:
-            self.bad_input = message
+            self.bad_input, self.bad_input_fix = message, fix
 
     def stop_all(self) -> bool:
         return self.bad_input is not None
@@ -392,7 +395,9 @@ class SweepCallback(tune.Callback):
         if self.population_based and step >= 2 and not record.checkpoints:
             self.stopper.refuse(
                 f"Scheduler {self.plan.experiment.scheduler!r} clones trials from their checkpoints, but "
-                f"{record.name} reported {step} times without a checkpoint."
+                f"{record.name} reported {step} times without a checkpoint.",
+                fix="Report checkpoints (ray.train.report(metrics, checkpoint=...)) and start from "
+                "ray.train.get_checkpoint() when there is one; see docs/schedulers.md.",
             )
         self.view.update(self._trials())
 
@@ -648,6 +653,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             tracking_uri=plan.tracking_uri,
             run_ids={},
             bad_input=stopper.bad_input,
+            bad_input_fix=stopper.bad_input_fix,
             interrupted=interrupted and stopper.bad_input is None,
             log_path=str(log_dir),
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
