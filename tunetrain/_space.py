@@ -103,9 +103,11 @@ def describe(value: Any) -> str:
     """A short human text for a space value, e.g. ``loguniform(0.0001, 0.1)``."""
     if is_grid(value):
         return f"grid_search({value['grid_search']!r})"
+    if isinstance(value, Mapping):  # a branch of a conditional choice
+        return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in value.items()) + "}"
     if isinstance(value, Domain):
         if hasattr(value, "categories"):
-            return f"choice({list(value.categories)!r})"
+            return f"choice([{', '.join(describe(c) for c in value.categories)}])"
         sampler = value.get_sampler()
         kind = type(sampler).__name__.strip("_").lower() if sampler is not None else ""
         return f"{type(value).__name__.lower()} {kind} {value.domain_str}"
