@@ -20,6 +20,7 @@ Two runners, one train loop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import threading
@@ -184,7 +185,9 @@ class _ReportToTrial(UserCallback):
         self._mailbox = mailbox
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        ray.get(self._mailbox.put.remote((dict(metrics[0]), checkpoint)))
+        # This runs in Train's controller actor: its handle lets the driver abort the run.
+        controller = ray.get_runtime_context().current_actor
+        ray.get(self._mailbox.put.remote((dict(metrics[0]), checkpoint, controller)))
 
 
 def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -228,16 +231,29 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
 
     thread = threading.Thread(target=fit, name="tunetrain-fit", daemon=True)
     thread.start()
-    while True:
-        item = ray.get(mailbox.get.remote())
-        if isinstance(item, str) and item == _FIT_ENDED:
+    controller = None
+    ended = False
+    try:
+        while True:
+            item = ray.get(mailbox.get.remote())
+            if isinstance(item, str) and item == _FIT_ENDED:
+                ended = True
+                mailbox.ack.remote()
+                break
+            metrics, checkpoint, controller = item
+            if checkpoint is not None:  # Tune copies it into the trial's storage before report returns
+                checkpoint = tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem)
+            tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
             mailbox.ack.remote()
-            break
-        metrics, checkpoint = item
-        if checkpoint is not None:  # Tune copies it into the trial's storage before report returns
-            checkpoint = tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem)
-        tune.report(metrics, checkpoint=checkpoint)
-        mailbox.ack.remote()
+    finally:
+        if not ended and controller is not None:
+            # Tune stopped the trial (scheduler stop, PBT or HyperBand pause, Ctrl+C): abort the
+            # Train run so that its workers and placement group go now. Left to die with this
+            # process, Ray 2.60's placement-group cleaner sometimes keeps the group, and its
+            # CPUs stay taken for the rest of the sweep.
+            mailbox.ack.remote()
+            with contextlib.suppress(Exception):  # best effort: this process is going away anyway
+                ray.get(controller.abort.remote(), timeout=30)
     thread.join()
     if failure:
         raise failure[0]

@@ -15,6 +15,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 
 import ray
 from ray import tune
+from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from tunetrain import _space, provenance
@@ -50,7 +52,7 @@ _BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
     "experiment_tag",
     "should_checkpoint",
     "experiment_id",
-    "checkpoint_dir_name",
+    CHECKPOINT_DIR_NAME,
 }
 
 # Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
@@ -336,6 +338,8 @@ class SweepCallback(tune.Callback):
         self._exploits_seen = 0
         self._exploits_of: dict[str, list[dict[str, Any]]] = {}
         self.population_based = plan.experiment.scheduler in ("pbt", "pb2")
+        self._results: Counter[str] = Counter()
+        self._checkpointed: set[str] = set()
         self.records: dict[str, TrialRecord] = {}
         exp = plan.experiment
         self.score_attribute = exp.checkpoint.score_attribute or exp.primary_metric
@@ -392,10 +396,14 @@ class SweepCallback(tune.Callback):
         if self.plan.experiment.primary_metric in metrics:
             record.observe(self.plan.experiment.primary_mode, metrics[self.plan.experiment.primary_metric])
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
-        if self.population_based and step >= 2 and not record.checkpoints:
+        # Tune marks a result that came with a checkpoint (whether or not it keeps it).
+        self._results[trial.trial_id] += 1
+        if result.get(CHECKPOINT_DIR_NAME):
+            self._checkpointed.add(trial.trial_id)
+        if self.population_based and self._results[trial.trial_id] >= 2 and trial.trial_id not in self._checkpointed:
             self.stopper.refuse(
                 f"Scheduler {self.plan.experiment.scheduler!r} clones trials from their checkpoints, but "
-                f"{record.name} reported {step} times without a checkpoint.",
+                f"{record.name} reported {self._results[trial.trial_id]} times without a checkpoint.",
                 fix="Report checkpoints (ray.train.report(metrics, checkpoint=...)) and start from "
                 "ray.train.get_checkpoint() when there is one; see docs/schedulers.md.",
             )
