@@ -51,7 +51,10 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
             "Unknown --set key 'hiden'; valid keys are: batch_size, dropout, epochs, hidden, lr",
         ),
         ([DEMO, "--set", "hidden"], "--set takes key=value"),
-        ([DEMO, "--scheduler", "bohb"], "Unknown scheduler 'bohb'; valid schedulers are asha, fifo"),
+        (
+            [DEMO, "--scheduler", "bohb"],
+            "Unknown scheduler 'bohb'; valid schedulers are fifo, asha, hyperband, median, pbt, pb2",
+        ),
         ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, hyperopt, random"),
         ([DEMO, "--workers-per-trial", "3"], "A trial needs 3 worker(s) x (CPU=1)"),
         ([DEMO, "--use-gpu"], "use_gpu=True, but the cluster has no GPU"),
@@ -70,7 +73,10 @@ def test_bad_input_exits_2_with_the_rule_the_value_and_a_fix(argv: list[str], ex
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ("space={'x': tune.uniform(0, 1)}, mode='lowest'", "mode must be 'min' or 'max', but got 'lowest'"),
+        (
+            "space={'x': tune.uniform(0, 1)}, mode='lowest'",
+            "mode must be 'min' or 'max' for each metric, but got mode='lowest'",
+        ),
         ("space={'x': range(3)}, mode='min'", "Search-space value 'x' must be a Ray Tune distribution"),
         (
             "space={'x': tune.uniform(0, 1)}, mode='min', scheduler_options={'grace': 2}",

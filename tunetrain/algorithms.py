@@ -21,6 +21,7 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
+from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
 
 from tunetrain import _space
@@ -327,7 +328,6 @@ def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) ->
             options["space"] = hyperopt_space(experiment.space)
         return HyperOptSearch(metric=metrics[0], mode=modes[0], **options), 1
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
     _check_options("searcher", name, OptunaSearch, options)
@@ -339,7 +339,7 @@ def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) ->
         # Ray's OptunaSearch converts flat spaces only; a conditional one becomes Optuna's own
         # define-by-run function.
         options["space"] = optuna_define_by_run(experiment.space)
-        cls = _define_by_run_class()
+        cls = DefineByRunOptunaSearch
     if experiment.multi_objective:
         return cls(metric=metrics, mode=list(modes), sampler=sampler, **options), 1
     return cls(metric=metrics[0], mode=modes[0], sampler=sampler, **options), 1
@@ -379,20 +379,15 @@ def hyperopt_space(space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]
     return out
 
 
-def _define_by_run_class() -> type:
-    from ray.tune.search.optuna import OptunaSearch
+class DefineByRunOptunaSearch(OptunaSearch):
+    """Ray's OptunaSearch returns the define-by-run function's Optuna parameters (dotted
+    names here) beside the config it returns; only the config goes to the trial."""
 
-    class DefineByRunOptunaSearch(OptunaSearch):
-        """Ray's OptunaSearch returns the define-by-run function's Optuna parameters (dotted
-        names here) beside the config it returns; only the config goes to the trial."""
-
-        def suggest(self, trial_id: str) -> Any:
-            config = super().suggest(trial_id)
-            if isinstance(config, dict):
-                return {key: value for key, value in config.items() if "." not in key}
-            return config
-
-    return DefineByRunOptunaSearch
+    def suggest(self, trial_id: str) -> Any:
+        config = super().suggest(trial_id)
+        if isinstance(config, dict):
+            return {key: value for key, value in config.items() if "." not in key}
+        return config
 
 
 def _optuna_sampler(name: str, *, seed: int) -> Any:
@@ -413,7 +408,7 @@ def _optuna_sampler(name: str, *, seed: int) -> Any:
     return samplers[name]()
 
 
-def optuna_define_by_run(space: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:
+class optuna_define_by_run:  # used like a function; a class so that Tune can pickle it
     """An Optuna define-by-run function for a Ray Tune space with conditional choices.
 
     A ``tune.choice`` whose options are dicts is suggested as an index (Optuna parameter
@@ -422,26 +417,27 @@ def optuna_define_by_run(space: Mapping[str, Any]) -> Callable[[Any], dict[str, 
     whole config, nested like the space.
     """
 
-    def suggest(trial: Any, node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    def __init__(self, space: Mapping[str, Any]) -> None:
+        self.space = space
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        return self._suggest(trial, self.space, "")
+
+    def _suggest(self, trial: Any, node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in node.items():
             name = f"{prefix}{key}"
             if isinstance(value, Mapping):
-                out[key] = suggest(trial, value, f"{name}.")
+                out[key] = self._suggest(trial, value, f"{name}.")
             elif isinstance(value, Categorical) and any(isinstance(c, Mapping) for c in value.categories):
                 index = trial.suggest_categorical(f"{name}.choice", list(range(len(value.categories))))
                 chosen = value.categories[index]
-                out[key] = suggest(trial, chosen, f"{name}.{index}.") if isinstance(chosen, Mapping) else chosen
+                out[key] = self._suggest(trial, chosen, f"{name}.{index}.") if isinstance(chosen, Mapping) else chosen
             elif isinstance(value, Domain):
                 out[key] = _suggest_leaf(trial, name, value)
             else:
                 out[key] = value
         return out
-
-    def define_by_run(trial: Any) -> dict[str, Any]:
-        return suggest(trial, space, "")
-
-    return define_by_run
 
 
 def _suggest_leaf(trial: Any, name: str, domain: Domain) -> Any:
