@@ -10,7 +10,14 @@ from ray.tune.search import BasicVariantGenerator
 
 from tests.conftest import make_experiment
 from tunetrain import ExperimentError, StopRule
-from tunetrain.algorithms import RecordingASHA, build_scheduler, build_searcher, check_pairing, searcher_owns_space
+from tunetrain.algorithms import (
+    RecordingASHA,
+    build_scheduler,
+    build_searcher,
+    check_pairing,
+    searcher_live_limit,
+    searcher_owns_space,
+)
 
 
 def test_asha_takes_its_budget_from_the_stop_rule() -> None:
@@ -27,6 +34,16 @@ def test_user_options_override_the_derived_defaults() -> None:
 def test_invalid_asha_options_are_bad_input_not_an_assertion() -> None:
     with pytest.raises(ExperimentError, match="Invalid ASHA options"):
         build_scheduler(make_experiment(scheduler_options={"max_t": 2, "grace_period": 5}))
+
+
+def test_hyperband_lets_the_searcher_fill_its_largest_bracket() -> None:
+    hyperband = build_scheduler(make_experiment(scheduler="hyperband", stop=StopRule(max_iterations=9)))
+    # max_t 9, reduction factor 3: brackets of 3, 5 and 9 trials. Paused trials count as live
+    # for Tune's concurrency limit, so the limit must let a 9-trial bracket fill.
+    assert searcher_live_limit(hyperband, 2) == 9
+    # A larger limit is kept; other schedulers keep the limit as it is.
+    assert searcher_live_limit(hyperband, 12) == 12
+    assert searcher_live_limit(build_scheduler(make_experiment(scheduler="asha")), 2) == 2
 
 
 def test_options_may_not_override_metric_or_mode() -> None:

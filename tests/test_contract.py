@@ -107,6 +107,22 @@ def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
         assert steps == list(range(1, len(steps) + 1)) and steps[-1] in (1, 2, 4)
 
 
+def test_hyperband_stops_the_worse_trials_of_a_bracket_at_its_milestone(workdir: Path) -> None:
+    path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=9, iterations=9)
+    status, out = run_cli("sweep", str(path), "--scheduler", "hyperband", "--searcher", "random")
+    assert status == 0, out
+    client, _, children = sweep_runs(workdir, "contract")
+    iterations = _iterations(children)
+    # max_t 9, reduction factor 3: brackets of 3 trials x 9 iterations, 5 x 3 and 9 x 1 (the
+    # last gets only the 9th trial). The 5-trial bracket keeps its best 2 after 3 iterations
+    # and stops the other 3 there; everything else runs to the end.
+    assert iterations == {"stopped_early": [3, 3, 3], "completed": [9] * 6}, iterations
+    for run in children:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+        # Paused trials resumed from their checkpoints on the same run: each step once, in order.
+        assert steps == list(range(1, int(run.data.tags["tunetrain.iterations"]) + 1))
+
+
 @pytest.mark.parametrize("scheduler", ["median"])
 def test_median_stopping_stops_poor_trials_early(workdir: Path, scheduler: str) -> None:
     path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=9, iterations=9)

@@ -305,6 +305,24 @@ class _ClipToSpace:
 # -- searchers --------------------------------------------------------------------------
 
 
+def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
+    """How many started-but-unfinished trials the searcher may have out at once.
+
+    Tune's concurrency limit counts paused trials as live. Synchronous HyperBand pauses each
+    trial at its bracket's milestone until the whole bracket gets there, and puts new trials
+    in a new bracket only once the current one is full: with a limit below the bracket size
+    every trial lands in the first bracket (the one that never stops a trial) and HyperBand
+    silently becomes FIFO. So its searcher may have its largest bracket out at once; paused
+    trials hold no resources, and the cluster still bounds how many run.
+    """
+    if not isinstance(scheduler, HyperBandScheduler):
+        return max_concurrent
+    # Ray keeps the bracket sizes in private attributes; the formula is HyperBand's own
+    # (n0 = ceil(s_max_1 / (s + 1) * eta ** s) for brackets with r0 = max_t * eta ** -s >= 1).
+    sizes = [scheduler._get_n0(s) for s in range(scheduler._s_max_1) if scheduler._get_r0(s) > 0]
+    return max([max_concurrent, *sizes])
+
+
 def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) -> tuple[SearchAlgorithm | Searcher, int]:
     """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
 

@@ -27,7 +27,13 @@ from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from tunetrain import _space, provenance
-from tunetrain.algorithms import build_scheduler, build_searcher, check_pairing, searcher_owns_space
+from tunetrain.algorithms import (
+    build_scheduler,
+    build_searcher,
+    check_pairing,
+    searcher_live_limit,
+    searcher_owns_space,
+)
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
@@ -586,7 +592,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     interrupted = False
     crashed = False
     scheduler = build_scheduler(exp)
-    searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=plan.max_concurrent)
+    live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
+    searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
     stopper = SweepStopper(exp)
     view = LiveView(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.num_samples, stream=stream)
     callback: SweepCallback | None = None
@@ -616,7 +623,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 scheduler=scheduler,
                 search_alg=searcher,
                 num_samples=exp.num_samples,
-                max_concurrent_trials=plan.max_concurrent if exp.searcher not in ("random", "grid") else None,
+                max_concurrent_trials=live_limit if exp.searcher not in ("random", "grid") else None,
                 time_budget_s=exp.stop.time_budget_s,
                 trial_name_creator=TrialNamer(first),
                 trial_dirname_creator=trial_dirname,
