@@ -1,4 +1,4 @@
-"""MLflow recording: the only module that imports mlflow.
+"""MLflow recording and reading: the only module that imports mlflow.
 
 One MLflow experiment per tunetrain experiment, one parent run per sweep and one child run
 per trial (linked with the ``mlflow.parentRunId`` tag). Every call to MLflow happens on one
@@ -9,23 +9,31 @@ per point).
 
 A tracking error never kills the sweep: the first one is printed once, clearly, and the
 rest are counted.
+
+:class:`SweepStore` reads sweeps back (for ``tunetrain.analysis`` and the ``list``, ``show``,
+``best`` and ``report`` commands) from any tracking URI, so sweeps run elsewhere load too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import queue
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+
+from tunetrain.errors import ExperimentError
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -70,6 +78,8 @@ def _quiet_mlflow_logging() -> None:
     # Database migrations and store set-up log at INFO on every new sqlite file.
     for name in ("alembic", "mlflow"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # No progress bar on the console for each artifact read back.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def _trim(text: str, limit: int) -> str:
@@ -340,3 +350,163 @@ class SweepRecorder:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
+
+
+# -- reading sweeps back -------------------------------------------------------------------
+
+SWEEP_NAME_TAG = "tunetrain.sweep_name"
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """One MLflow run as tunetrain reads it (times in seconds since the epoch)."""
+
+    run_id: str
+    name: str
+    experiment_id: str
+    status: str
+    start_time: float | None
+    end_time: float | None
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]  # the latest value of each metric
+
+
+@dataclasses.dataclass
+class MetricPoint:
+    run_id: str
+    key: str
+    step: int
+    value: float
+    timestamp: float
+
+
+def _record(run: Any) -> RunRecord:
+    info, data = run.info, run.data
+    return RunRecord(
+        run_id=info.run_id,
+        name=info.run_name or data.tags.get("mlflow.runName", ""),
+        experiment_id=info.experiment_id,
+        status=info.status,
+        start_time=info.start_time / 1000 if info.start_time else None,
+        end_time=info.end_time / 1000 if info.end_time else None,
+        params=dict(data.params),
+        tags=dict(data.tags),
+        metrics=dict(data.metrics),
+    )
+
+
+class SweepStore:
+    """Reads sweeps (parent runs) and their trials (child runs) from a tracking store."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        _quiet_mlflow_logging()
+        self.tracking_uri = tracking_uri
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+
+    def _search(self, experiment_ids: list[str], filter_string: str) -> list[RunRecord]:
+        records: list[RunRecord] = []
+        token = None
+        while True:
+            page = self._client.search_runs(
+                experiment_ids, filter_string=filter_string, max_results=1000, page_token=token
+            )
+            records.extend(_record(run) for run in page)
+            token = page.token
+            if not token:
+                return records
+
+    def _experiment_ids(self, experiment: str | None) -> list[str]:
+        if experiment is None:
+            return [e.experiment_id for e in self._client.search_experiments()]
+        found = self._client.get_experiment_by_name(experiment)
+        if found is None:
+            names = sorted(e.name for e in self._client.search_experiments())
+            raise ExperimentError(
+                f"No experiment {experiment!r} in the tracking store {self.tracking_uri}; "
+                f"it has: {', '.join(map(repr, names)) or '(none)'}.",
+                fix="Use one of those names, or point --tracking-uri at the store the sweep used.",
+            )
+        return [found.experiment_id]
+
+    def sweeps(self, experiment: str | None = None) -> list[RunRecord]:
+        """Every sweep's parent run (of one experiment, or of all), newest first."""
+        ids = self._experiment_ids(experiment)
+        if not ids:
+            return []
+        runs = self._search(ids, f"tags.`{SWEEP_NAME_TAG}` LIKE '%'")
+        parents = [r for r in runs if PARENT_TAG not in r.tags]
+        return sorted(parents, key=lambda r: r.start_time or 0.0, reverse=True)
+
+    def experiment_name(self, experiment_id: str) -> str:
+        return str(self._client.get_experiment(experiment_id).name)
+
+    def sweep(self, ref: str | None = None, *, experiment: str | None = None) -> RunRecord:
+        """A sweep's parent run by sweep name or run id; None means the newest sweep."""
+        sweeps = self.sweeps(experiment)
+        if ref is None:
+            if not sweeps:
+                raise ExperimentError(
+                    f"No sweep recorded in the tracking store {self.tracking_uri}.",
+                    fix="Run `python -m tunetrain sweep FILE` first, or pass --tracking-uri of the store it used.",
+                )
+            return sweeps[0]
+        for run in sweeps:
+            if ref in (run.run_id, run.tags.get(SWEEP_NAME_TAG), run.name):
+                return run
+        known = ", ".join(r.tags.get(SWEEP_NAME_TAG, r.run_id) for r in sweeps[:10])
+        raise ExperimentError(
+            f"No sweep named {ref!r} (nor a sweep's parent run id) in the tracking store {self.tracking_uri}; "
+            f"newest sweeps: {known or '(none)'}.",
+            fix="Use `tunetrain list` to see the sweeps, and pass one of their names or run ids.",
+        )
+
+    def trials(self, parent: RunRecord) -> list[RunRecord]:
+        """The sweep's child runs, one per trial, in trial order."""
+        runs = self._search([parent.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.run_id}'")
+        return sorted(runs, key=lambda r: (int(r.tags.get("tunetrain.trial_index", 0)), r.name))
+
+    def histories(self, run_ids: Sequence[str], keys: Iterable[str]) -> list[MetricPoint]:
+        """Every recorded point of the metrics ``keys`` of the runs ``run_ids``.
+
+        A SQL store answers one query per metric for up to 500 runs at once (MLflow's
+        ``get_metric_history_bulk``, which the UI uses and MlflowClient does not expose);
+        other stores (a tracking server) get one ``get_metric_history`` per run and metric,
+        8 at a time.
+        """
+        keys = list(keys)
+        store = self._client._tracking_client.store
+        points: list[MetricPoint] = []
+        if hasattr(store, "get_metric_history_bulk"):
+            for key in keys:
+                for start in range(0, len(run_ids), 500):
+                    chunk = list(run_ids[start : start + 500])
+                    for m in store.get_metric_history_bulk(chunk, key, max_results=2**62):
+                        points.append(MetricPoint(m.run_id, key, int(m.step), float(m.value), m.timestamp / 1000))
+            return points
+
+        def one(pair: tuple[str, str]) -> list[MetricPoint]:
+            run_id, key = pair
+            return [
+                MetricPoint(run_id, key, int(m.step), float(m.value), m.timestamp / 1000)
+                for m in self._client.get_metric_history(run_id, key)
+            ]
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for chunk_points in pool.map(one, [(r, k) for r in run_ids for k in keys]):
+                points.extend(chunk_points)
+        return points
+
+    def load_json_artifact(self, run_id: str, path: str) -> Any:
+        """A JSON artifact of a run, or None when the run has none by that path."""
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                local = self._client.download_artifacts(run_id, path, folder)
+            except Exception:  # MLflow raises different types per store for a missing file
+                return None
+            with open(local) as f:
+                return json.load(f)
+
+    def log_artifacts(self, run_id: str, files: Iterable[str | Path], *, artifact_path: str) -> None:
+        for file in files:
+            self._client.log_artifact(run_id, str(file), artifact_path=artifact_path)

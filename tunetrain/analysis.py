@@ -1,0 +1,301 @@
+"""Sweeps as pandas tables, read from MLflow (any tracking URI, not Ray's files).
+
+    from tunetrain.analysis import list_sweeps, load_sweep
+
+    sweep = load_sweep()                 # the newest sweep in ./mlflow.db
+    sweep.trials()                       # one row per trial
+    sweep.history()                      # every metric point, long format
+    sweep.best(k=3)                      # the best trials by the sweep's metric
+
+Column names follow Ray Tune's ``ResultGrid.get_dataframe()`` for the config
+(``config/lr``), so notebooks written for Ray Tune read the same way.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+from typing import Any, Literal
+
+import pandas as pd
+
+from tunetrain.errors import ExperimentError
+from tunetrain.tracking import SWEEP_NAME_TAG, RunRecord, SweepStore, default_tracking_uri
+
+__all__ = ["Sweep", "list_sweeps", "load_sweep"]
+
+Mode = Literal["min", "max"]
+
+
+def _value(text: str) -> Any:
+    """An MLflow param (always a string) back as the Python value it was logged from."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _objectives(tags: dict[str, str]) -> list[tuple[str, Mode]]:
+    """(metric, mode) of each objective, from the parent run's tags."""
+    text = tags.get("tunetrain.objectives")
+    if text:  # "loss (min), n_params (min)"
+        pairs = [item.strip().rsplit(" (", 1) for item in text.split(",")]
+        return [(metric, "max" if mode.rstrip(")") == "max" else "min") for metric, mode in pairs]
+    mode: Mode = "max" if tags.get("tunetrain.mode") == "max" else "min"
+    return [(tags.get("tunetrain.metric", ""), mode)]
+
+
+def _better(mode: str) -> Any:
+    return min if mode == "min" else max
+
+
+class Sweep:
+    """One recorded sweep: its parent run, its trials' runs and their metric histories.
+
+    Built by :func:`load_sweep`; tables are read once and cached.
+    """
+
+    def __init__(self, store: SweepStore, parent: RunRecord) -> None:
+        self.store = store
+        self.parent = parent
+        self.run_id = parent.run_id
+        self.name = parent.tags.get(SWEEP_NAME_TAG, parent.name)
+        self.experiment = store.experiment_name(parent.experiment_id)
+        self.objectives = _objectives(parent.tags)
+        self.metric, self.mode = self.objectives[0]
+        self.scheduler = parent.tags.get("tunetrain.scheduler", "")
+        self.searcher = parent.tags.get("tunetrain.searcher", "")
+        self.tags = parent.tags
+        self.runs = store.trials(parent)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sweep({self.name!r}, experiment={self.experiment!r}, trials={len(self.runs)}, "
+            f"metric={self.metric!r}, mode={self.mode!r}, scheduler={self.scheduler!r}, searcher={self.searcher!r})"
+        )
+
+    @property
+    def space(self) -> dict[str, str]:
+        """Each searched parameter and its distribution, as the sweep recorded it."""
+        return {k.removeprefix("space."): v for k, v in self.parent.params.items() if k.startswith("space.")}
+
+    def is_log_scale(self, param: str) -> bool:
+        """Whether the space drew ``param`` on a log scale (``tune.loguniform`` and kin)."""
+        return "log" in self.space.get(param, "")
+
+    @property
+    def params(self) -> list[str]:
+        """The config keys that vary between trials (searched dimensions), in the space's order."""
+        varying = [key for key in self.space if key in self._config_keys()]
+        return varying or self._config_keys()
+
+    def _config_keys(self) -> list[str]:
+        keys: dict[str, None] = {}
+        for run in self.runs:
+            keys.update((k, None) for k in run.params if k != "tunetrain.seed")
+        return list(keys)
+
+    @functools.cached_property
+    def metrics(self) -> list[str]:
+        """Every metric any trial recorded, objectives first."""
+        found: dict[str, None] = {m: None for m, _ in self.objectives}
+        for run in self.runs:
+            found.update((k, None) for k in sorted(run.metrics))
+        return [m for m in found if any(m in run.metrics for run in self.runs)]
+
+    @functools.cached_property
+    def _history(self) -> pd.DataFrame:
+        points = self.store.histories([r.run_id for r in self.runs], self.metrics)
+        names = {r.run_id: r.name for r in self.runs}
+        frame = pd.DataFrame(
+            {
+                "run_id": [p.run_id for p in points],
+                "trial": [names[p.run_id] for p in points],
+                "step": [p.step for p in points],
+                "metric": [p.key for p in points],
+                "value": [p.value for p in points],
+                "timestamp": [p.timestamp for p in points],
+            }
+        )
+        return frame.sort_values(["trial", "metric", "step", "timestamp"], kind="stable").reset_index(drop=True)
+
+    def history(self, metrics: str | list[str] | None = None) -> pd.DataFrame:
+        """Every recorded point, one row each: run_id, trial, step, metric, value, timestamp."""
+        frame = self._history
+        if metrics is not None:
+            wanted = [metrics] if isinstance(metrics, str) else list(metrics)
+            unknown = sorted(set(wanted) - set(self.metrics))
+            if unknown:
+                raise ExperimentError(
+                    f"Metric(s) {', '.join(map(repr, unknown))} not recorded in sweep {self.name!r}; "
+                    f"it has: {', '.join(map(repr, self.metrics))}.",
+                    fix="Use one of those names.",
+                )
+            frame = frame[frame["metric"].isin(wanted)].reset_index(drop=True)
+        return frame
+
+    def _best_values(self, metric: str, mode: str) -> dict[str, float]:
+        """Each trial's best finite value of ``metric`` over its history."""
+        points = self._history[self._history["metric"] == metric]
+        points = points[points["value"].map(math.isfinite)]
+        grouped = points.groupby("run_id")["value"]
+        best = grouped.min() if mode == "min" else grouped.max()
+        return {str(k): float(v) for k, v in best.items()}
+
+    @functools.cached_property
+    def _trials(self) -> pd.DataFrame:
+        rows: list[dict[str, Any]] = []
+        best = {metric: self._best_values(metric, mode) for metric, mode in self.objectives}
+        for run in self.runs:
+            tags = run.tags
+            row: dict[str, Any] = {
+                "trial": run.name,
+                "trial_index": int(tags.get("tunetrain.trial_index", len(rows))),
+                "status": tags.get("tunetrain.status", run.status.lower()),
+                "seed": _value(run.params.get("tunetrain.seed", tags.get("tunetrain.seed", "None"))),
+                "iterations": int(tags.get("tunetrain.iterations", 0)),
+                "duration_s": (run.end_time - run.start_time) if run.end_time and run.start_time else math.nan,
+                "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
+            }
+            row.update({f"config/{k}": _value(v) for k, v in run.params.items() if k != "tunetrain.seed"})
+            for metric, _ in self.objectives:
+                row[f"best_{metric}"] = best[metric].get(run.run_id, math.nan)
+            for metric in self.metrics:
+                row[metric] = run.metrics.get(metric, math.nan)
+            row["pareto"] = tags.get("tunetrain.pareto") == "true"
+            row["checkpoint"] = tags.get("tunetrain.checkpoint.best") or tags.get("tunetrain.checkpoint.latest")
+            row["error"] = tags.get("tunetrain.error")
+            row["run_id"] = run.run_id
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        if not len(self.objectives) > 1 and "pareto" in frame:
+            frame = frame.drop(columns="pareto")
+        return frame
+
+    def trials(self) -> pd.DataFrame:
+        """One row per trial: trial, trial_index, status, seed, iterations (steps run),
+        duration_s, start_time, ``config/<key>`` for every config value, ``best_<metric>``
+        for each objective (by its mode), the last value of every metric, ``pareto`` (several
+        objectives), checkpoint (the best kept, else the latest), error and run_id."""
+        return self._trials.copy()
+
+    def best(self, k: int = 1, *, metric: str | None = None, mode: Mode | None = None) -> pd.DataFrame:
+        """The ``k`` best trials by their best value of ``metric`` (the sweep's first objective).
+
+        Trials stopped early by the scheduler compete with the value they reached; trials
+        without a finite value (failed, diverged) are left out.
+        """
+        if k < 1:
+            raise ValueError(f"k must be at least 1, but got {k=}.")
+        metric = metric or self.metric
+        if metric not in self.metrics:
+            raise ExperimentError(
+                f"Metric {metric!r} not recorded in sweep {self.name!r}; it has: {', '.join(map(repr, self.metrics))}.",
+                fix="Use one of those names.",
+            )
+        mode = mode or dict(self.objectives).get(metric, self.mode)
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', but got {mode=}.")
+        frame = self._trials.copy()
+        values = self._best_values(metric, mode)
+        frame["_rank_value"] = frame["run_id"].map(values)
+        frame = frame[frame["_rank_value"].notna()]
+        frame = frame.sort_values(["_rank_value", "trial_index"], ascending=[mode == "min", True], kind="stable")
+        return frame.drop(columns="_rank_value").head(k).reset_index(drop=True)
+
+    def best_config(self, *, metric: str | None = None, mode: Mode | None = None) -> dict[str, Any]:
+        """The best trial's config, nested as the train loop received it."""
+        top = self.best(1, metric=metric, mode=mode)
+        if top.empty:
+            raise ExperimentError(
+                f"Sweep {self.name!r} has no trial with a finite {metric or self.metric!r}.",
+                fix="Look at the trials' errors with `tunetrain show SWEEP`.",
+            )
+        run = next(r for r in self.runs if r.run_id == top.iloc[0]["run_id"])
+        nested: dict[str, Any] = {}
+        for key, text in run.params.items():
+            if key == "tunetrain.seed":
+                continue
+            value = _value(text)
+            node = nested
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        return nested
+
+    def best_checkpoint(self, *, metric: str | None = None, mode: Mode | None = None) -> str | None:
+        """Where the best trial's best kept checkpoint lies (None when it kept none)."""
+        top = self.best(1, metric=metric, mode=mode)
+        return None if top.empty else top.iloc[0]["checkpoint"]
+
+    def pbt_exploits(self) -> pd.DataFrame:
+        """PBT/PB2 exploits, one row each: step, trial (recipient), donor, param, old, new."""
+        rows: list[dict[str, Any]] = []
+        for run in self.runs:
+            if "tunetrain.pbt.exploits" not in run.tags:
+                continue
+            record = self.store.load_json_artifact(run.run_id, "pbt_exploits.json") or {}
+            for exploit in record.get("exploits", []):
+                for param, new in exploit.get("new", {}).items():
+                    rows.append(
+                        {
+                            "step": exploit["step"],
+                            "trial": run.name,
+                            "donor": exploit["donor"],
+                            "donor_step": exploit.get("donor_step"),
+                            "param": param,
+                            "old": exploit.get("old", {}).get(param),
+                            "new": new,
+                        }
+                    )
+        columns = ["step", "trial", "donor", "donor_step", "param", "old", "new"]
+        return pd.DataFrame(rows, columns=columns).sort_values(["step", "trial"], kind="stable").reset_index(drop=True)
+
+    def settings(self) -> dict[str, str]:
+        """The sweep's settings as recorded on its parent run (``tunetrain.*`` tags)."""
+        return {k.removeprefix("tunetrain."): v for k, v in sorted(self.tags.items()) if k.startswith("tunetrain.")}
+
+    def environment(self) -> dict[str, str]:
+        """Package versions and hardware recorded on the parent run."""
+        return {k: v for k, v in sorted(self.tags.items()) if k.startswith(("version.", "hardware."))}
+
+
+def _store(tracking_uri: str | None) -> SweepStore:
+    return SweepStore(tracking_uri or default_tracking_uri())
+
+
+def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
+    """Every sweep in the store (of one experiment, or all), newest first: sweep, experiment,
+    start_time, status, trials, metric, mode, best value, scheduler, searcher, run_id."""
+    store = _store(tracking_uri)
+    names: dict[str, str] = {}
+    rows = []
+    for run in store.sweeps(experiment):
+        if run.experiment_id not in names:
+            names[run.experiment_id] = store.experiment_name(run.experiment_id)
+        metric = run.tags.get("tunetrain.metric", "")
+        rows.append(
+            {
+                "sweep": run.tags.get(SWEEP_NAME_TAG, run.name),
+                "experiment": names[run.experiment_id],
+                "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
+                "status": run.status.lower(),
+                "trials": int(run.tags.get("tunetrain.trials", run.tags.get("tunetrain.num_samples", 0))),
+                "metric": metric,
+                "mode": run.tags.get("tunetrain.mode", ""),
+                "best_value": run.metrics.get(f"best_{metric}", math.nan),
+                "scheduler": run.tags.get("tunetrain.scheduler", ""),
+                "searcher": run.tags.get("tunetrain.searcher", ""),
+                "run_id": run.run_id,
+            }
+        )
+    columns = ["sweep", "experiment", "start_time", "status", "trials", "metric", "mode", "best_value"]
+    return pd.DataFrame(rows, columns=[*columns, "scheduler", "searcher", "run_id"])
+
+
+def load_sweep(sweep: str | None = None, *, experiment: str | None = None, tracking_uri: str | None = None) -> Sweep:
+    """A sweep by name or parent run id (None: the newest, of ``experiment`` when given)."""
+    store = _store(tracking_uri)
+    return Sweep(store, store.sweep(sweep, experiment=experiment))
