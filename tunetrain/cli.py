@@ -50,6 +50,11 @@ def sweep_parser(subparsers: Any) -> None:
         help="override a default or pin a space dimension (Python literal; nested keys with dots)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the resolved plan and start nothing")
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="no HTML sweep report (nor its MLflow artifacts) at the end",
+    )
     parser.set_defaults(command=sweep_command)
 
 
@@ -124,12 +129,196 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
 
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
+    if not args.no_report and outcome.parent_run_id and not outcome.bad_input:
+        _end_of_sweep_report(outcome, tracking_uri, Path(plan.storage_path) / plan.sweep_name, stream)
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
         return EXIT_BAD_INPUT
     if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
         return EXIT_OK
     return EXIT_ALL_FAILED
+
+
+def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
+    """The sweep report, written after the summary; a failure here never changes the sweep's
+    exit status (everything is recorded already), it is only said."""
+    from tunetrain.analysis import load_sweep
+    from tunetrain.report import write_report
+
+    try:
+        sweep = load_sweep(outcome.parent_run_id, tracking_uri=tracking_uri)
+        path = write_report(sweep, folder / "report.html")
+    except Exception as exc:  # the report is a convenience: say why it is missing and go on
+        print(f"Sweep report not written ({type(exc).__name__}: {exc}); retry: tunetrain report", file=stream)
+        return
+    print(f"Report: {path} (also on the sweep's MLflow run, artifacts/report/)", file=stream, flush=True)
+
+
+# -- looking around: list, show, best, report, ui ------------------------------------------
+
+
+def _store_arguments(parser: argparse.ArgumentParser, *, sweep: bool = True) -> None:
+    if sweep:
+        parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--experiment", help="only sweeps of this MLflow experiment")
+
+
+def _tracking_uri(args: argparse.Namespace) -> str:
+    from tunetrain import tracking
+
+    return str(args.tracking_uri or tracking.default_tracking_uri())
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from tunetrain.analysis import load_sweep
+
+    return load_sweep(args.sweep, experiment=args.experiment, tracking_uri=_tracking_uri(args))
+
+
+def _print_frame(frame: Any, stream: TextIO) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
+        print(frame.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep="-"), file=stream)
+
+
+def list_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("list", help="list recorded sweeps", description="Recorded sweeps, newest first.")
+    _store_arguments(parser, sweep=False)
+    parser.set_defaults(command=list_command)
+
+
+def list_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain.analysis import list_sweeps
+
+    sweeps = list_sweeps(experiment=args.experiment, tracking_uri=_tracking_uri(args))
+    if sweeps.empty:
+        print(f"No sweep recorded in {_tracking_uri(args)}.", file=stream)
+        return EXIT_OK
+    sweeps["start_time"] = sweeps["start_time"].dt.strftime("%Y-%m-%d %H:%M")
+    _print_frame(
+        sweeps[["sweep", "experiment", "start_time", "status", "trials", "metric", "mode", "best_value"]], stream
+    )
+    return EXIT_OK
+
+
+SHOW_COLUMNS = ("trial", "status", "iterations", "duration_s", "seed")
+
+
+def show_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "show", help="print a sweep's trial table", description="One row per trial of the sweep."
+    )
+    _store_arguments(parser)
+    parser.add_argument("--all-columns", action="store_true", help="every column (run ids, checkpoints, errors)")
+    parser.add_argument("--sort", action="store_true", help="best trial first (default: trial order)")
+    parser.set_defaults(command=show_command)
+
+
+def show_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    sweep = _load(args)
+    trials = sweep.best(len(sweep.runs)) if args.sort and sweep.metric in sweep.metrics else sweep.trials()
+    if not args.all_columns and not trials.empty:
+        wanted = [*SHOW_COLUMNS, *[c for c in trials.columns if c.startswith(("best_", "config/"))]]
+        wanted += [m for m in sweep.metrics if f"best_{m}" not in wanted]
+        trials = trials[[c for c in wanted if c in trials.columns]]
+    print(f"{sweep!r}", file=stream)
+    _print_frame(trials, stream)
+    return EXIT_OK
+
+
+def best_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "best", help="print a sweep's best config", description="The best trial's config, by the sweep's metric."
+    )
+    _store_arguments(parser)
+    parser.add_argument(
+        "--format",
+        choices=("json", "set", "checkpoint"),
+        default="json",
+        help="json: the config; set: a `--set KEY=VALUE ...` line for `tunetrain sweep`; checkpoint: its path",
+    )
+    parser.set_defaults(command=best_command)
+
+
+def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    import json
+    import shlex
+
+    from tunetrain import _space
+
+    sweep = _load(args)
+    config = sweep.best_config()
+    if args.format == "json":
+        print(json.dumps(config, indent=2, default=str), file=stream)
+    elif args.format == "set":
+        print(" ".join(f"--set {shlex.quote(f'{k}={v!r}')}" for k, v in _space.flatten(config).items()), file=stream)
+    else:
+        path = sweep.best_checkpoint()
+        if path is None:
+            raise ExperimentError(
+                f"The best trial of sweep {sweep.name!r} kept no checkpoint.",
+                fix="Report checkpoints with ray.train.report(..., checkpoint=...) in the train loop.",
+            )
+        print(path, file=stream)
+    return EXIT_OK
+
+
+def report_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write a sweep's HTML report",
+        description="Write one self-contained HTML report of the sweep and log it (with its PNGs) on the "
+        "sweep's MLflow parent run.",
+    )
+    _store_arguments(parser)
+    parser.add_argument("--output", help="the HTML file (default: SWEEP_report.html in the working directory)")
+    parser.add_argument("--top-k", type=int, default=10, help="trials in the top table")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    parser.set_defaults(command=report_command)
+
+
+def report_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain.report import write_report
+
+    sweep = _load(args)
+    path = write_report(
+        sweep, args.output or f"{sweep.name}_report.html", top_k=args.top_k, log_to_mlflow=not args.no_log
+    )
+    print(f"Report: {path.resolve()}", file=stream)
+    if not args.no_log:
+        print(f"Logged on MLflow run {sweep.run_id} under artifacts/report/", file=stream)
+    return EXIT_OK
+
+
+def ui_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ui",
+        help="start the MLflow UI on the store",
+        description="Start the MLflow UI on 127.0.0.1 for the configured tracking store; Ctrl+C stops it.",
+    )
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
+    parser.set_defaults(command=ui_command)
+
+
+def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain import tracking
+
+    uri = _tracking_uri(args)
+    if uri.startswith(("http://", "https://")):
+        print(f"The store is a tracking server already: open {uri}", file=stream)
+        return EXIT_OK
+    server, url = tracking.start_ui_server(uri, port=args.port)
+    print(f"MLflow UI for {uri}: {url}  (Ctrl+C stops it)", file=stream, flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tracking.stop_ui_server(server)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     sweep_parser(subparsers)
+    for add in (list_parser, show_parser, best_parser, report_parser, ui_parser):
+        add(subparsers)
     return parser
 
 
