@@ -63,3 +63,67 @@ def write_experiment(folder: Path, body: str, name: str = "exp.py") -> Path:
 
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+# A small real sweep that the analysis, plots, report, CLI and notebook tests read back:
+# a log-uniform, a categorical and an integer parameter; ASHA stops some trials; every second
+# step is checkpointed.
+ANALYSED = """
+import json
+import math
+import os
+import tempfile
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    penalty = {"adam": 0.0, "sgd": 0.5}[config["optimizer"]]
+    for step in range(6):
+        loss = (math.log10(config["lr"]) + 3) ** 2 + penalty + config["width"] / 100 + 1 / (step + 1)
+        checkpoint = None
+        with tempfile.TemporaryDirectory() as folder:
+            if step % 2 == 1:
+                with open(os.path.join(folder, "state.json"), "w") as f:
+                    json.dump({"step": step + 1}, f)
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report({"loss": loss, "accuracy": 1 / (1 + loss)}, checkpoint=checkpoint)
+
+
+experiment = Experiment(
+    name="analysed", train_loop=loop, metric="loss", mode="min",
+    space={"lr": tune.loguniform(1e-5, 1e-1), "optimizer": tune.choice(["adam", "sgd"]), "width": tune.randint(8, 64)},
+    num_samples=8, scheduler="asha", searcher="random", stop=StopRule(max_iterations=6), seed=5,
+)
+"""
+
+
+class AnalysedSweep:
+    def __init__(self, folder: Path, output: str) -> None:
+        self.folder = folder
+        self.tracking_uri = f"sqlite:///{folder / 'mlflow.db'}"
+        self.storage = folder / "tunetrain_results"
+        self.output = output
+
+
+@pytest.fixture(scope="session")
+def analysed_sweep(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> AnalysedSweep:
+    """The ANALYSED experiment's sweep, run once per test session through the CLI."""
+    folder = tmp_path_factory.mktemp("analysed")
+    path = write_experiment(folder, ANALYSED)
+    sweep = AnalysedSweep(folder, "")
+    status, out = run_cli(
+        "sweep",
+        str(path),
+        "--tracking-uri",
+        sweep.tracking_uri,
+        "--storage",
+        str(sweep.storage),
+        "--name",
+        "analysed-1",
+    )
+    assert status == 0, out
+    sweep.output = out
+    return sweep

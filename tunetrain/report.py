@@ -97,7 +97,7 @@ def write_report(sweep: Sweep, output: str | Path, *, top_k: int = 10, log_to_ml
 <h1>Sweep {html.escape(sweep.name)}</h1>
 {_table(summary)}
 <h2>Best config</h2>
-<pre>{html.escape(best_config)}</pre>
+<pre>{html.escape(best_config, quote=False)}</pre>
 <h2>Top {top_k} trials by {html.escape(sweep.metric)} ({sweep.mode})</h2>
 {_top_table(sweep, top_k)}
 <h2>Plots</h2>

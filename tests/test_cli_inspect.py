@@ -1,0 +1,109 @@
+"""The commands that look at recorded sweeps: list, show, best, report, ui."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import AnalysedSweep, run_cli
+from tunetrain.analysis import load_sweep
+
+
+def test_list_shows_each_sweep_with_its_trial_count_and_best_value(analysed_sweep: AnalysedSweep) -> None:
+    status, out = run_cli("list", "--tracking-uri", analysed_sweep.tracking_uri)
+    assert status == 0, out
+    best = load_sweep(tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["best_loss"]
+    line = next(line for line in out.splitlines() if "analysed-1" in line)
+    # name, experiment, date, status, trials, metric, mode, best value
+    assert line.split()[1] == "analysed" and line.split()[5:9] == ["8", "loss", "min", f"{best:.6g}"]
+
+
+def test_show_prints_one_row_per_trial_best_first_with_sort(analysed_sweep: AnalysedSweep) -> None:
+    status, out = run_cli("show", "analysed-1", "--sort", "--tracking-uri", analysed_sweep.tracking_uri)
+    assert status == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("trial_")]
+    assert len(rows) == 8
+    best = load_sweep(tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["trial"]
+    assert rows[0].split()[0] == best
+    assert "config/lr" in out and "best_loss" in out
+
+
+def test_best_prints_json_a_set_line_and_the_checkpoint(analysed_sweep: AnalysedSweep, tmp_path: Path) -> None:
+    uri = analysed_sweep.tracking_uri
+    sweep = load_sweep(tracking_uri=uri)
+    status, out = run_cli("best", "--tracking-uri", uri)
+    assert status == 0 and json.loads(out) == sweep.best_config()
+    status, out = run_cli("best", "--format", "checkpoint", "--tracking-uri", uri)
+    assert status == 0 and out.strip() == sweep.best_checkpoint() and Path(out.strip()).is_dir()
+    status, out = run_cli("best", "--format", "set", "--tracking-uri", uri)
+    assert status == 0
+    # The --set line pins every searched value when given back to `sweep` (a dry run shows it).
+    experiment = analysed_sweep.folder / "exp.py"
+    status, plan = run_cli("sweep", str(experiment), "--dry-run", *shlex.split(out))
+    assert status == 0, plan
+    for key, value in sweep.best_config().items():
+        assert f"  {key} = {value!r}\n" in plan
+
+
+def test_report_command_writes_the_html_and_logs_it(analysed_sweep: AnalysedSweep, tmp_path: Path) -> None:
+    output = tmp_path / "again.html"
+    status, out = run_cli(
+        "report", "analysed-1", "--output", str(output), "--tracking-uri", analysed_sweep.tracking_uri
+    )
+    assert status == 0, out
+    assert output.exists() and "Logged on MLflow run" in out
+
+
+def test_unknown_sweep_is_bad_input_naming_the_known_ones(analysed_sweep: AnalysedSweep) -> None:
+    status, out = run_cli("show", "nope", "--tracking-uri", analysed_sweep.tracking_uri)
+    assert status == 2
+    assert "No sweep named 'nope'" in out and "analysed-1" in out and "tunetrain list" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_sweep: AnalysedSweep) -> None:
+    port = _free_port()
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", "ui", "--tracking-uri", analysed_sweep.tracking_uri, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert ui.stdout is not None
+        line = ui.stdout.readline()  # printed once the server answers
+        url = f"http://127.0.0.1:{port}"
+        assert url in line, line
+        local = load_sweep("analysed-1", tracking_uri=analysed_sweep.tracking_uri)
+        with urllib.request.urlopen(f"{url}/api/2.0/mlflow/runs/get?run_id={local.run_id}") as response:
+            run = json.load(response)["run"]
+        # The server reads the same store: the sweep's parent run, by its id.
+        assert run["info"]["run_name"] == "analysed-1"
+        # The analysis API works against a tracking server too (one query per run and metric).
+        remote = load_sweep("analysed-1", tracking_uri=url)
+        columns = ["run_id", "trial", "status", "config/lr", "best_loss", "loss", "accuracy"]
+        pd.testing.assert_frame_equal(
+            remote.trials()[columns].sort_values("run_id").reset_index(drop=True),
+            local.trials()[columns].sort_values("run_id").reset_index(drop=True),
+        )
+        assert len(remote.history()) == len(local.history())
+    finally:
+        ui.send_signal(signal.SIGINT)
+        status = ui.wait(timeout=120)
+    assert status == 0
+    # Shut down: nothing listens on the port any more.
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))

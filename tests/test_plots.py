@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+from matplotlib.figure import Figure
+
+from tests.conftest import AnalysedSweep
+from tunetrain import ExperimentError, plots
+from tunetrain.analysis import load_sweep
+
+
+def _png(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def test_every_fitting_figure_renders_to_png(analysed_sweep: AnalysedSweep) -> None:
+    figures = plots.sweep_figures(load_sweep(tracking_uri=analysed_sweep.tracking_uri))
+    # An ASHA sweep of one objective: no PBT lineage, no Pareto front.
+    assert set(figures) == {"learning_curves", "metric_vs_params", "parallel_coordinates", "importance", "rungs"}
+    for figure in figures.values():
+        assert _png(figure).startswith(b"\x89PNG")
+
+
+def test_learning_curves_draw_one_line_per_trial(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    ax = plots.learning_curves(sweep, color_by="lr").axes[0]
+    assert len(ax.lines) == len(sweep.runs)
+    # Colour by a categorical parameter: a legend entry per category.
+    legend = plots.learning_curves(sweep, color_by="optimizer").axes[0].get_legend()
+    assert sorted(t.get_text() for t in legend.get_texts()) == sorted(set(sweep.trials()["config/optimizer"]))
+    with pytest.raises(ExperimentError, match=r"Parameter 'depth' not searched .* it has: 'lr', 'optimizer', 'width'"):
+        plots.learning_curves(sweep, color_by="depth")
+
+
+def test_metric_vs_params_uses_a_log_axis_for_log_parameters(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    axes = {ax.get_xlabel(): ax for ax in plots.metric_vs_params(sweep).axes if ax.get_visible()}
+    assert axes["lr"].get_xscale() == "log" and axes["width"].get_xscale() == "linear"
+
+
+def test_importances_come_from_optuna_and_sum_to_one(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    for evaluator in ("fanova", "mdi", "ped_anova"):
+        importances = plots.param_importances(sweep, evaluator=evaluator)  # type: ignore[arg-type]
+        assert set(importances.index) <= {"lr", "optimizer", "width"}
+        assert evaluator == "ped_anova" or math.isclose(importances.sum(), 1.0, rel_tol=1e-6)
+
+
+def test_rungs_count_the_trials_reaching_each_step(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    trials = sweep.trials()
+    bars = plots.rungs(sweep).axes[0].patches
+    heights = [int(bar.get_height()) for bar in bars]  # type: ignore[attr-defined]
+    # Counts fall from rung to rung; the last bar is the trials that ran the full 6 steps.
+    assert heights == sorted(heights, reverse=True)
+    assert heights[-1] == int((trials["iterations"] == 6).sum())
+
+
+def test_pareto_front_needs_two_objectives(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    with pytest.raises(ExperimentError, match=r"has one objective .* a Pareto front needs two"):
+        plots.pareto_front(sweep)
+    # Two recorded metrics can still be set against each other.
+    assert _png(plots.pareto_front(sweep, metrics=("loss", "accuracy"))).startswith(b"\x89PNG")
