@@ -14,6 +14,7 @@ from tunetrain.analysis import list_sweeps, load_sweep
 def _children(sweep: AnalysedSweep) -> tuple[MlflowClient, list]:
     client = MlflowClient(tracking_uri=sweep.tracking_uri)
     experiment = client.get_experiment_by_name("analysed")
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
     return client, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 

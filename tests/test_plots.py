@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import math
+from typing import Literal
 
 import pytest
 from matplotlib.figure import Figure
@@ -31,6 +32,7 @@ def test_learning_curves_draw_one_line_per_trial(analysed_sweep: AnalysedSweep) 
     assert len(ax.lines) == len(sweep.runs)
     # Colour by a categorical parameter: a legend entry per category.
     legend = plots.learning_curves(sweep, color_by="optimizer").axes[0].get_legend()
+    assert legend is not None
     assert sorted(t.get_text() for t in legend.get_texts()) == sorted(set(sweep.trials()["config/optimizer"]))
     with pytest.raises(ExperimentError, match=r"Parameter 'depth' not searched .* it has: 'lr', 'optimizer', 'width'"):
         plots.learning_curves(sweep, color_by="depth")
@@ -44,8 +46,9 @@ def test_metric_vs_params_uses_a_log_axis_for_log_parameters(analysed_sweep: Ana
 
 def test_importances_come_from_optuna_and_sum_to_one(analysed_sweep: AnalysedSweep) -> None:
     sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
-    for evaluator in ("fanova", "mdi", "ped_anova"):
-        importances = plots.param_importances(sweep, evaluator=evaluator)  # type: ignore[arg-type]
+    evaluators: tuple[Literal["fanova", "mdi", "ped_anova"], ...] = ("fanova", "mdi", "ped_anova")
+    for evaluator in evaluators:
+        importances = plots.param_importances(sweep, evaluator=evaluator)
         assert set(importances.index) <= {"lr", "optimizer", "width"}
         assert evaluator == "ped_anova" or math.isclose(importances.sum(), 1.0, rel_tol=1e-6)
 
