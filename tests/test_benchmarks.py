@@ -30,6 +30,7 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
         "6. Training-loop overhead",
         "7. Search efficiency",
         "8. Driver memory",
+        "9. Loading a sweep for analysis",
     ):
         assert f"## {title}" in text, title
-    assert text.count("**Met:") + text.count("**Not met:") >= 8
+    assert text.count("**Met:") + text.count("**Not met:") >= 9

@@ -116,3 +116,23 @@ def test_metric_points_of_many_reports_go_out_in_few_batches(tmp_path: Path, mon
     # ... and none was lost or doubled.
     client = MlflowClient(default_tracking_uri(tmp_path))
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == list(range(1, 301))
+
+
+def test_sweep_store_reads_back_every_point_as_mlflows_client_does(tmp_path: Path) -> None:
+    from tunetrain.tracking import SweepStore
+
+    uri = default_tracking_uri(tmp_path)
+    recorder = SweepRecorder(tracking_uri=uri, experiment_name="e")
+    recorder.start_sweep(run_name="s", params={}, tags={"tunetrain.sweep_name": "s"})
+    recorder.start_trial("t0", params={"lr": 0.1}, tags={"tunetrain.trial_index": 0}, start_time=time.time())
+    for step, value in enumerate([1.0, float("nan"), 0.5], start=1):
+        recorder.log_metrics("t0", step=step, metrics={"loss": value}, timestamp=time.time())
+    recorder.end_trial("t0", status="diverged", end_time=time.time(), tags={})
+    recorder.close()
+    store = SweepStore(uri)
+    trials = store.trials(store.sweep("s"))
+    history = store.histories([t.run_id for t in trials], ["loss"]).sort_values("step")
+    expected = MlflowClient(uri).get_metric_history(trials[0].run_id, "loss")
+    # The same points as MLflow's own client, NaN included (MLflow stores it as 0 + a flag).
+    assert [str(v) for v in history["value"]] == [str(m.value) for m in sorted(expected, key=lambda m: m.step)]
+    assert list(history["value"].isna()) == [False, True, False]

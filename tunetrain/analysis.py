@@ -106,18 +106,11 @@ class Sweep:
 
     @functools.cached_property
     def _history(self) -> pd.DataFrame:
-        points = self.store.histories([r.run_id for r in self.runs], self.metrics)
+        frame = self.store.histories([r.run_id for r in self.runs], self.metrics)
         names = {r.run_id: r.name for r in self.runs}
-        frame = pd.DataFrame(
-            {
-                "run_id": [p.run_id for p in points],
-                "trial": [names[p.run_id] for p in points],
-                "step": [p.step for p in points],
-                "metric": [p.key for p in points],
-                "value": [p.value for p in points],
-                "timestamp": [p.timestamp for p in points],
-            }
-        )
+        frame["trial"] = frame["run_id"].map(names)
+        frame = frame.astype({"step": "int64", "value": float, "timestamp": float})
+        frame = frame[["run_id", "trial", "step", "metric", "value", "timestamp"]]
         return frame.sort_values(["trial", "metric", "step", "timestamp"], kind="stable").reset_index(drop=True)
 
     def history(self, metrics: str | list[str] | None = None) -> pd.DataFrame:
