@@ -107,8 +107,8 @@ def main() -> None:
                 mine <= TARGET_S, f"{mine:.2f} s for {ours_points:,} points ({mine / base:.2f}x the MLflow loop's time)"
             ),
             notes=f"Store written by tunetrain's recorder in {written:.0f} s; {repeats} repeats, medians. "
-            "A sqlite store is read with one query per metric for up to 500 runs (MLflow's "
-            "`get_metric_history_bulk`); a tracking server gets one request per run and metric, 8 in flight.",
+            "A SQL store is read with one SELECT over MLflow's metrics table per 500 runs; a tracking "
+            "server gets one request per run and metric, 8 in flight.",
         )
     )
 

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
 from tests.test_sweep import by_status, sweep_runs
+from tunetrain.analysis import load_sweep
 from tunetrain.experiment import SCHEDULERS, SEARCHERS
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -221,6 +222,11 @@ def test_pbt_hands_the_donors_weights_to_a_two_worker_recipient_with_the_perturb
             == first["old"]["rate"]
         )
         assert run.data.tags["tunetrain.pbt.last_donor"] in runs
+    # The analysis API reads the same exploits back, and the sweep's report drew the lineage.
+    sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    exploits = sweep.pbt_exploits()
+    assert set(exploits["trial"]) == {r.data.tags["mlflow.runName"] for r in exploited}
+    assert (workdir / "tunetrain_results" / sweep.name / "report_figures" / "pbt_lineage.png").exists()
 
 
 def test_pbt_without_checkpoints_is_refused_after_the_first_reports(workdir: Path) -> None:
@@ -266,6 +272,11 @@ def test_two_objectives_record_and_print_the_pareto_front(workdir: Path) -> None
     assert tagged == front
     assert set(parent.data.tags["tunetrain.pareto_run_ids"].split(",")) == front
     assert f"Pareto-optimal trials ({len(front)}) on error (min), size (min)" in out
+    # The analysis API knows both objectives and the front; the report drew it.
+    sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    assert sweep.objectives == [("error", "min"), ("size", "min")]
+    assert set(sweep.trials().query("pareto")["run_id"]) == front
+    assert (workdir / "tunetrain_results" / sweep.name / "report_figures" / "pareto_front.png").exists()
 
 
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
