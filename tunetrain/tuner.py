@@ -555,6 +555,8 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.searcher": exp.searcher,
         "tunetrain.metric": exp.primary_metric,
         "tunetrain.mode": exp.primary_mode,
+        # Every objective, so that readers (tunetrain.analysis) know them even if the sweep dies.
+        "tunetrain.objectives": ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
         "tunetrain.num_samples": exp.num_samples,
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.workers_per_trial": exp.workers_per_trial,
