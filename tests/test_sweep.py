@@ -15,6 +15,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+from tunetrain.analysis import load_sweep
 from tunetrain.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -132,13 +133,20 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(workdir: 
     assert client.get_metric_history(ok.info.run_id, "trial_seed")[0].value == seed
     assert client.get_metric_history(ok.info.run_id, "worker_seed")[0].value == derive_seed(seed, 0)
     assert "1 trial(s): RuntimeError: boom at step 1" in out
+    # The report is written with failed and diverged trials too, and the trial table shows them.
+    assert "Report: " in out and next(workdir.glob("tunetrain_results/*/report.html")).exists()
+    table = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}").trials().set_index("config/kind")
+    assert table.loc["nan", "status"] == "diverged" and table.loc["boom", "status"] == "failed"
+    assert "boom at step 1" in table.loc["boom", "error"]
 
 
 def test_a_sweep_where_every_trial_fails_exits_1_with_the_errors(workdir: Path) -> None:
     path = write_experiment(workdir, KINDS)
-    status, out = run_cli("sweep", str(path), "--set", "kind=boom")
+    status, out = run_cli("sweep", str(path), "--set", "kind=boom", "--no-report")
     assert status == 1
     assert "RuntimeError: boom at step 1" in out
+    # --no-report: no report file, no report artifacts.
+    assert "Report: " not in out and not list(workdir.glob("tunetrain_results/*/report.html"))
 
 
 def test_a_metric_never_reported_stops_the_sweep_naming_the_reported_keys(workdir: Path) -> None:

@@ -211,7 +211,9 @@ def show_parser(subparsers: Any) -> None:
         "show", help="print a sweep's trial table", description="One row per trial of the sweep."
     )
     _store_arguments(parser)
-    parser.add_argument("--all-columns", action="store_true", help="every column (run ids, checkpoints, errors)")
+    parser.add_argument(
+        "--all-columns", action="store_true", help="every column (fixed config values, run ids, checkpoints, errors)"
+    )
     parser.add_argument("--sort", action="store_true", help="best trial first (default: trial order)")
     parser.set_defaults(command=show_command)
 
@@ -220,7 +222,8 @@ def show_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     sweep = _load(args)
     trials = sweep.best(len(sweep.runs)) if args.sort and sweep.metric in sweep.metrics else sweep.trials()
     if not args.all_columns and not trials.empty:
-        wanted = [*SHOW_COLUMNS, *[c for c in trials.columns if c.startswith(("best_", "config/"))]]
+        # The searched parameters only (fixed values are the same in every row).
+        wanted = [*SHOW_COLUMNS, *[f"config/{p}" for p in sweep.params], *[c for c in trials if c.startswith("best_")]]
         wanted += [m for m in sweep.metrics if f"best_{m}" not in wanted]
         trials = trials[[c for c in wanted if c in trials.columns]]
     print(f"{sweep!r}", file=stream)
