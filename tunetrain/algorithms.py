@@ -48,10 +48,23 @@ class _RecordsDecisions:
         super().__init__(**options)
         self.early_stopped: dict[str, int] = {}
         self.exploits: list[dict[str, Any]] = []
+        self._deciding: tuple[str, dict[str, Any]] | None = None
+
+    def _iteration(self, trial: Any) -> int:
+        """The trial's latest iteration, counting the result being decided on."""
+        if self._deciding is not None and self._deciding[0] == trial.trial_id:
+            return int(self._deciding[1].get("training_iteration", 0))
+        return int((trial.last_result or {}).get("training_iteration", 0))
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         watched = _StopWatch(tune_controller, self.early_stopped) if tune_controller is not None else None
-        decision: str = super().on_trial_result(watched, trial, result)  # type: ignore[misc]
+        # Tune updates trial.last_result only after the scheduler's decision: the result being
+        # decided on is kept here, for the step an exploit happens at.
+        self._deciding = (trial.trial_id, result)
+        try:
+            decision: str = super().on_trial_result(watched, trial, result)  # type: ignore[misc]
+        finally:
+            self._deciding = None
         if decision == TrialScheduler.STOP and not result.get("done"):
             self.early_stopped[trial.trial_id] = int(result.get("training_iteration", 0))
         return decision
@@ -80,8 +93,7 @@ class _RecordsExploits(_RecordsDecisions):
 
     def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
         old = dict(trial.config)
-        step = int((trial.last_result or {}).get("training_iteration", 0))
-        donor_step = int((trial_to_clone.last_result or {}).get("training_iteration", 0))
+        step, donor_step = self._iteration(trial), self._iteration(trial_to_clone)
         super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
         keys = [key for key, _ in _space.iter_leaves(self._mutated())]
         flat_old, flat_new = _space.flatten(old), _space.flatten(dict(trial.config))
