@@ -23,7 +23,7 @@ import pandas as pd
 from tunetrain.errors import ExperimentError
 from tunetrain.tracking import SWEEP_NAME_TAG, RunRecord, SweepStore, default_tracking_uri
 
-__all__ = ["Sweep", "list_sweeps", "load_sweep"]
+__all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
 
 Mode = Literal["min", "max"]
 
@@ -34,6 +34,21 @@ def _value(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def nested_config(params: dict[str, str]) -> dict[str, Any]:
+    """A trial's config as its train loop received it, from its MLflow params (dotted keys
+    nested again, values typed back; ``tunetrain.*`` params left out)."""
+    nested: dict[str, Any] = {}
+    for key, text in params.items():
+        if key.startswith("tunetrain."):
+            continue
+        node = nested
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = _value(text)
+    return nested
 
 
 def _objectives(tags: dict[str, str]) -> list[tuple[str, Mode]]:
@@ -206,17 +221,7 @@ class Sweep:
                 fix="Look at the trials' errors with `tunetrain show SWEEP`.",
             )
         run = next(r for r in self.runs if r.run_id == top.iloc[0]["run_id"])
-        nested: dict[str, Any] = {}
-        for key, text in run.params.items():
-            if key == "tunetrain.seed":
-                continue
-            value = _value(text)
-            node = nested
-            *parents, last = key.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
-        return nested
+        return nested_config(run.params)
 
     def best_checkpoint(self, *, metric: str | None = None, mode: Mode | None = None) -> str | None:
         """Where the best trial's best kept checkpoint lies (None when it kept none)."""

@@ -42,6 +42,12 @@ def sweep_parser(subparsers: Any) -> None:
     parser.add_argument("--name", help="sweep name (default: EXPERIMENT-DATE-TIME)")
     parser.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="torch's deterministic algorithms on every worker (recorded; see docs/reproducibility.md)",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -74,6 +80,7 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
         ("max_concurrent", "max_concurrent"),
         ("trial_runner", "trial_runner"),
         ("seed", "seed"),
+        ("deterministic", "deterministic"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -89,30 +96,59 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
 
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    experiment = resolve_experiment(args)
+    status, _ = execute_sweep(
+        experiment,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        address=args.address,
+        name=args.name,
+        argv=args.argv,
+        dry_run=args.dry_run,
+        report=not args.no_report,
+        stream=stream,
+    )
+    return status
+
+
+def execute_sweep(
+    experiment: Any,
+    *,
+    tracking_uri: str | None,
+    storage: str,
+    address: str | None,
+    name: str | None,
+    argv: list[str] | None,
+    stream: TextIO,
+    dry_run: bool = False,
+    report: bool = True,
+    trial_seeds: tuple[int, ...] = (),
+) -> tuple[int, Any]:
+    """Plan, run and summarise a sweep; returns (exit status, outcome or None)."""
     from tunetrain import _space, tracking, tuner
 
-    experiment = resolve_experiment(args)
-    tracking_uri = args.tracking_uri or tracking.default_tracking_uri()
+    tracking_uri = tracking_uri or tracking.default_tracking_uri()
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
-    log_dir = Path(args.storage).resolve() / "logs"
-    if args.address is None:
+    log_dir = Path(storage).resolve() / "logs"
+    if address is None:
         nodes = tuner.local_nodes()
     else:
-        tuner.connect(args.address, log_dir=log_dir)
+        tuner.connect(address, log_dir=log_dir)
         nodes = tuner.cluster_nodes()
     plan = tuner.plan_sweep(
         experiment,
         nodes=nodes,
         tracking_uri=tracking_uri,
-        storage_path=args.storage,
-        address=args.address,
-        sweep_name=args.name,
-        argv=["python", "-m", "tunetrain", *(args.argv or [])],
+        storage_path=storage,
+        address=address,
+        sweep_name=name,
+        argv=["python", "-m", "tunetrain", *(argv or [])],
+        trial_seeds=trial_seeds,
     )
-    if args.dry_run:
+    if dry_run:
         print(tuner.describe_plan(plan), file=stream)
-        return EXIT_OK
+        return EXIT_OK, None
     if experiment.preflight is not None:
         experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     print(
@@ -122,21 +158,21 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         flush=True,
     )
     log_dir = Path(plan.storage_path) / plan.sweep_name / "logs"
-    ray_logs = tuner.connect(args.address, log_dir=log_dir)
+    ray_logs = tuner.connect(address, log_dir=log_dir)
     print(f"Ray logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})", file=stream, flush=True)
     outcome = tuner.run_sweep(plan, stream=stream, log_dir=Path(ray_logs))
     from tunetrain.console import summary
 
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
-    if not args.no_report and outcome.parent_run_id and not outcome.bad_input:
+    if report and outcome.parent_run_id and not outcome.bad_input:
         _end_of_sweep_report(outcome, tracking_uri, Path(plan.storage_path) / plan.sweep_name, stream)
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
-        return EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT, outcome
     if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
-        return EXIT_OK
-    return EXIT_ALL_FAILED
+        return EXIT_OK, outcome
+    return EXIT_ALL_FAILED, outcome
 
 
 def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
@@ -324,6 +360,73 @@ def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     return EXIT_OK
 
 
+def replay_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="run one recorded trial again and compare",
+        description="Run one recorded trial again from its MLflow record alone (config, seed, workers, "
+        "experiment file), record it as a new run linked to the original, and compare the metric "
+        "histories step by step. Exit 0 when they are identical, 1 when they differ.",
+    )
+    parser.add_argument("run_id", help="the trial's MLflow run id (`tunetrain show SWEEP --all-columns`)")
+    parser.add_argument("--steps", type=int, help="steps to run (default: as many as the trial recorded)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--storage", default="tunetrain_results", help="where the replay's checkpoints go")
+    parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
+    parser.set_defaults(command=replay_command)
+
+
+def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    import tempfile
+    from datetime import datetime
+
+    from tunetrain import replay
+    from tunetrain.tracking import SweepStore
+
+    uri = _tracking_uri(args)
+    store = SweepStore(uri)
+    with tempfile.TemporaryDirectory(prefix="tunetrain-replay-") as folder:
+        spec = replay.prepare_replay(store, args.run_id, steps=args.steps, folder=Path(folder))
+        print(replay.describe(spec), file=stream, flush=True)
+        name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        status, outcome = execute_sweep(
+            spec.experiment,
+            tracking_uri=uri,
+            storage=args.storage,
+            address=args.address,
+            name=name,
+            argv=args.argv,
+            stream=stream,
+            report=False,
+            trial_seeds=(spec.seed,),
+        )
+    if outcome is None or not outcome.run_ids or status != EXIT_OK:
+        print(f"\nThe replay did not run to the end (exit {status}); nothing to compare.", file=stream)
+        return status if status != EXIT_OK else EXIT_ALL_FAILED
+    new_run = next(iter(outcome.run_ids.values()))
+    store.set_tags(new_run, {replay.REPLAY_OF_TAG: spec.run.run_id, "tunetrain.replay_of_trial": spec.run.name})
+    if outcome.parent_run_id:
+        store.set_tags(outcome.parent_run_id, {replay.REPLAY_OF_TAG: spec.run.run_id})
+    metrics = sorted(spec.run.metrics)
+    comparisons = replay.compare_histories(
+        store.histories([spec.run.run_id], metrics), store.histories([new_run], metrics), steps=spec.steps
+    )
+    store.log_dict(new_run, replay.to_record(comparisons), "replay_comparison.json")
+    differences = replay.provenance_differences(spec.parent.tags, store.run(outcome.parent_run_id).tags)
+    identical = all(c.identical for c in comparisons)
+    print(f"\nReplay of {spec.run.name} (run {spec.run.run_id}) as run {new_run}:", file=stream)
+    print(replay.comparison_table(comparisons), file=stream)
+    if differences:
+        print("Recorded provenance that differs (original -> replay):", file=stream)
+        for key, old, new in differences:
+            print(f"  {key}: {old} -> {new}", file=stream)
+    else:
+        print("Recorded provenance: the same (package versions, hardware, deterministic mode, file hash).", file=stream)
+    verdict = "identical" if identical else "DIFFERENT"
+    print(f"Metric histories: {verdict} over {spec.steps} step(s).", file=stream, flush=True)
+    return EXIT_OK if identical else EXIT_ALL_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tunetrain",
@@ -331,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     sweep_parser(subparsers)
-    for add in (list_parser, show_parser, best_parser, report_parser, ui_parser):
+    for add in (list_parser, show_parser, best_parser, report_parser, ui_parser, replay_parser):
         add(subparsers)
     return parser
 

@@ -122,6 +122,9 @@ class Experiment:
             local-mode API, so ``ray.train.report``/``get_checkpoint``/``prepare_model`` work
             unchanged, without the ~20 s start-up of a TorchTrainer; one worker only.
             "auto" (default): "in_process" for one worker per trial, else "torch_trainer".
+        deterministic: run every worker with torch's deterministic algorithms
+            (``torch.use_deterministic_algorithms(True)``, cuDNN benchmark off,
+            ``CUBLAS_WORKSPACE_CONFIG``); recorded on the sweep. See docs/reproducibility.md.
         preflight: called on the driver with the resolved fixed config before anything
             starts; it raises :class:`ExperimentError` when the experiment cannot run here.
     """
@@ -146,6 +149,7 @@ class Experiment:
     checkpoint: CheckpointPolicy = dataclasses.field(default_factory=CheckpointPolicy)
     max_concurrent: int | None = None
     trial_runner: TrialRunner = "auto"
+    deterministic: bool = False
     preflight: Callable[[dict[str, Any]], None] | None = None
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None

@@ -38,6 +38,18 @@ def git_state(path: str | Path) -> dict[str, str]:
     return {"git_commit": commit, "git_dirty": str(dirty).lower()}
 
 
+def git_diff(path: str | Path) -> str:
+    """``git diff HEAD`` of the tree holding ``path`` (uncommitted changes; empty outside a repo)."""
+    folder = Path(path).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    try:
+        return subprocess.run(
+            ["git", "diff", "HEAD"], cwd=folder, capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -54,3 +66,18 @@ def gpu_names() -> list[str]:
     if not torch.cuda.is_available():
         return []
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_memory_gib() -> list[float]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_properties(i).total_memory / 2**30 for i in range(torch.cuda.device_count())]
+
+
+def cuda_version() -> str:
+    """The CUDA version torch was built with ('' for a CPU build)."""
+    import torch
+
+    return str(torch.version.cuda or "")

@@ -270,6 +270,12 @@ class SweepRecorder:
             run_id = self.parent_run_id
             self._submit(lambda: self._client.log_artifact(run_id, local_path))
 
+    def log_sweep_text(self, text: str, name: str) -> None:
+        """Write ``text`` as the artifact ``name`` of the sweep's parent run."""
+        if self.parent_run_id is not None:
+            run_id = self.parent_run_id
+            self._submit(lambda: self._client.log_text(run_id, text, name))
+
     def end_sweep(
         self,
         *,
@@ -560,6 +566,34 @@ class SweepStore:
             for points in pool.map(one, [(r, k) for r in run_ids for k in keys]):
                 rows.extend(points)
         return pd.DataFrame.from_records(rows, columns=columns)
+
+    def run(self, run_id: str) -> RunRecord:
+        """One run by id; an unknown id is bad input."""
+        try:
+            return _record(self._client.get_run(run_id))
+        except Exception as exc:  # MLflow raises its own exception types per store
+            raise ExperimentError(
+                f"No run {run_id!r} in the tracking store {self.tracking_uri} ({type(exc).__name__}).",
+                fix="Pass a trial's run id (`tunetrain show SWEEP --all-columns` lists them) and the store's "
+                "--tracking-uri.",
+            ) from None
+
+    def log_dict(self, run_id: str, content: Any, name: str) -> None:
+        self._client.log_dict(run_id, content, name)
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            self._client.set_tag(run_id, key, str(value))
+
+    def download_artifact(self, run_id: str, path: str, folder: str | Path) -> Path:
+        """Copy a run's artifact into ``folder``; a missing one is bad input."""
+        try:
+            return Path(self._client.download_artifacts(run_id, path, str(folder)))
+        except Exception as exc:  # MLflow raises different types per store for a missing file
+            raise ExperimentError(
+                f"Run {run_id} has no artifact {path!r} ({type(exc).__name__}: {exc}).",
+                fix="Replay trials of sweeps whose parent run holds the experiment file (any `tunetrain sweep FILE`).",
+            ) from None
 
     def load_json_artifact(self, run_id: str, path: str) -> Any:
         """A JSON artifact of a run, or None when the run has none by that path."""

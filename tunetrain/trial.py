@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import re
 import threading
 import uuid
@@ -95,6 +96,28 @@ class TrialSpec:
     root_seed: int
     storage_path: str
     max_failures: int = 0
+    # Replay: the seeds of trials 0, 1, ... as recorded, instead of derived from root_seed.
+    trial_seeds: tuple[int, ...] = ()
+    deterministic: bool = False
+
+    def trial_seed(self, index: int) -> int:
+        return trial_seed(self.root_seed, index, self.trial_seeds)
+
+
+def trial_seed(root_seed: int, index: int, fixed: tuple[int, ...] = ()) -> int:
+    """Trial ``index``'s seed: derived from the root seed, or given (a replay)."""
+    return fixed[index] if index < len(fixed) else derive_seed(root_seed, index)
+
+
+def make_deterministic() -> None:
+    """torch's deterministic algorithms and the settings they need (``--deterministic``)."""
+    import torch
+
+    # cuBLAS needs a fixed workspace for deterministic matrix products (read when CUDA starts).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
 
 
 class _StartFrom:
@@ -119,10 +142,13 @@ def _worker_main(
     index: int,
     trial_seed: int,
     start_checkpoint: Any = None,
+    deterministic: bool = False,
 ) -> Callable[[dict[str, Any]], Any]:
     """Wrap the user's train loop: seed this worker and set its context, then run it unchanged."""
 
     def train_loop_per_worker(config: dict[str, Any]) -> Any:
+        if deterministic:
+            make_deterministic()
         if start_checkpoint is not None:
             set_train_fn_utils(_StartFrom(get_train_fn_utils(), start_checkpoint))
         context = ray.train.get_context()
@@ -198,10 +224,12 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """
     name = tune.get_context().get_trial_name()
     index = trial_index(name)
-    seed = derive_seed(spec.root_seed, index)
+    seed = spec.trial_seed(index)
     mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
     trainer = TorchTrainer(
-        _worker_main(spec.train_loop, name, index, seed, start_checkpoint=tune.get_checkpoint()),
+        _worker_main(
+            spec.train_loop, name, index, seed, start_checkpoint=tune.get_checkpoint(), deterministic=spec.deterministic
+        ),
         train_loop_config=config,
         scaling_config=ScalingConfig(
             num_workers=spec.num_workers,
@@ -295,7 +323,7 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     # one-worker TorchTrainer.
     session.world_rank = 0
     try:
-        _worker_main(spec.train_loop, name, index, derive_seed(spec.root_seed, index))(config)
+        _worker_main(spec.train_loop, name, index, spec.trial_seed(index), deterministic=spec.deterministic)(config)
     finally:
         session.world_rank = None
         set_train_fn_utils(None)

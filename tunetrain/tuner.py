@@ -49,6 +49,7 @@ from tunetrain.trial import (
     run_trial_in_process,
     trial_dirname,
     trial_index,
+    trial_seed,
 )
 
 # Keys Tune adds to every result; everything else in a result is the user's metric.
@@ -82,6 +83,8 @@ class SweepPlan:
     max_concurrent: int
     nodes: list[dict[str, float]]
     command: str
+    # A replay: the recorded seeds of trials 0, 1, ... (else derived from root_seed).
+    trial_seeds: tuple[int, ...] = ()
 
     @property
     def param_space(self) -> dict[str, Any]:
@@ -199,6 +202,7 @@ def plan_sweep(
     address: str | None,
     sweep_name: str | None = None,
     argv: list[str] | None = None,
+    trial_seeds: tuple[int, ...] = (),
 ) -> SweepPlan:
     """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
     worker = experiment.worker_resources
@@ -242,6 +246,7 @@ def plan_sweep(
         max_concurrent=max_concurrent,
         nodes=nodes,
         command=shlex.join(argv if argv is not None else sys.argv),
+        trial_seeds=tuple(trial_seeds),
     )
 
 
@@ -334,8 +339,11 @@ class SweepCallback(tune.Callback):
         view: LiveView,
         stopper: SweepStopper,
         scheduler: Any,
+        provenance: Mapping[str, Any] | None = None,
     ) -> None:
         self.plan = plan
+        # The sweep's code, version and hardware facts, copied onto every trial's run.
+        self.provenance = dict(provenance or {})
         self.recorder = recorder
         self.view = view
         self.stopper = stopper
@@ -369,7 +377,7 @@ class SweepCallback(tune.Callback):
             index=index,
             trial_id=trial.trial_id,
             config=dict(trial.config),
-            seed=derive_seed(self.plan.root_seed, index),
+            seed=trial_seed(self.plan.root_seed, index, self.plan.trial_seeds),
             start_time=time.time(),
         )
         self.records[trial.trial_id] = record
@@ -381,6 +389,11 @@ class SweepCallback(tune.Callback):
                 "tunetrain.trial_index": index,
                 "tunetrain.sweep_id": self.plan.sweep_id,
                 "tunetrain.seed": record.seed,
+                # Each worker's seed (rank order): derived from the trial's seed and its rank.
+                "tunetrain.worker_seeds": ",".join(
+                    str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.workers_per_trial)
+                ),
+                **self.provenance,
             },
             start_time=record.start_time,
         )
@@ -559,6 +572,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.objectives": ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
         "tunetrain.num_samples": exp.num_samples,
         "tunetrain.root_seed": plan.root_seed,
+        "tunetrain.deterministic": str(exp.deterministic).lower(),
         "tunetrain.workers_per_trial": exp.workers_per_trial,
         "tunetrain.trial_runner": "in_process" if exp.in_process else "torch_trainer",
         "tunetrain.max_concurrent": plan.max_concurrent,
@@ -569,12 +583,30 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "hardware.cpus": f"{cpus:g}",
         "hardware.gpus": f"{gpus:g}",
         "hardware.cpu_model": provenance.cpu_model(),
+        "hardware.driver_cpu_count": os.cpu_count() or 0,
         "hardware.gpu_names": ", ".join(provenance.gpu_names()) or "none",
+        "hardware.gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
+        "hardware.cuda": provenance.cuda_version() or "none",
     }
     tags.update({f"version.{name}": version for name, version in provenance.package_versions().items()})
     if exp.source_path:
         tags.update({f"tunetrain.{k}": v for k, v in provenance.git_state(exp.source_path).items()})
     return params, tags
+
+
+_PROVENANCE_TAGS = (
+    "tunetrain.experiment_sha256",
+    "tunetrain.git_commit",
+    "tunetrain.git_dirty",
+    "tunetrain.command",
+    "tunetrain.deterministic",
+)
+
+
+def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's provenance tags that every trial's run carries too (file hash, git state,
+    command, deterministic mode, package versions, hardware)."""
+    return {k: v for k, v in sweep_tags.items() if k in _PROVENANCE_TAGS or k.startswith(("version.", "hardware."))}
 
 
 def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome:
@@ -590,6 +622,9 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     parent_run_id = recorder.start_sweep(run_name=plan.sweep_name, params=params, tags=tags)
     if exp.source_path:
         recorder.log_sweep_artifact(exp.source_path)
+        diff = provenance.git_diff(exp.source_path) if tags.get("tunetrain.git_dirty") == "true" else ""
+        if diff:  # the uncommitted changes the sweep ran with
+            recorder.log_sweep_text(diff, "git_diff.patch")
 
     interrupted = False
     crashed = False
@@ -600,7 +635,14 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     view = LiveView(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.num_samples, stream=stream)
     callback: SweepCallback | None = None
     try:
-        callback = SweepCallback(plan=plan, recorder=recorder, view=view, stopper=stopper, scheduler=scheduler)
+        callback = SweepCallback(
+            plan=plan,
+            recorder=recorder,
+            view=view,
+            stopper=stopper,
+            scheduler=scheduler,
+            provenance=trial_provenance(tags),
+        )
         spec = TrialSpec(
             train_loop=exp.train_loop,
             num_workers=exp.workers_per_trial,
@@ -609,6 +651,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             placement_strategy=exp.placement_strategy,
             root_seed=plan.root_seed,
             storage_path=f"{plan.storage_path}/{plan.sweep_name}/train",
+            trial_seeds=plan.trial_seeds,
+            deterministic=exp.deterministic,
         )
         if exp.in_process:
             # The trial itself trains: it holds the worker's resources, and Tune reuses its
