@@ -6,6 +6,7 @@ Declare an :class:`Experiment` in one file, then ``python -m tunetrain sweep FIL
 from tunetrain.context import TrialContext, get_context
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
+from tunetrain.seeding import data_loader_seeding
 
 __version__ = "0.1.0"
 
@@ -15,6 +16,7 @@ __all__ = [
     "ExperimentError",
     "StopRule",
     "TrialContext",
+    "data_loader_seeding",
     "get_context",
     "load_experiment",
 ]

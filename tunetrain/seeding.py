@@ -7,6 +7,7 @@ well-mixed child seeds from a root and an index path) so no home-made hashing is
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 
@@ -28,3 +29,31 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def data_loader_seeding() -> dict[str, Any]:
+    """Keyword arguments for ``torch.utils.data.DataLoader`` that make its shuffling and its
+    worker processes follow this Ray Train worker's seed (PyTorch's reproducibility recipe)::
+
+        DataLoader(dataset, batch_size=64, shuffle=True, num_workers=2, **tunetrain.data_loader_seeding())
+
+    Only inside a train loop run by tunetrain (it reads ``get_context().worker_seed``).
+    """
+    import torch
+
+    from tunetrain.context import get_context
+
+    return {
+        "generator": torch.Generator().manual_seed(get_context().worker_seed),
+        "worker_init_fn": seed_loader_worker,
+    }
+
+
+def seed_loader_worker(worker_id: int) -> None:
+    """``worker_init_fn`` for DataLoader workers: torch seeds each worker from the loader's
+    generator (base seed + worker id); Python's ``random`` and NumPy follow that seed."""
+    import torch
+
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
