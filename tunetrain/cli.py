@@ -57,6 +57,12 @@ def sweep_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the resolved plan and start nothing")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run one tiny trial first and check metric, loss, checkpoint round trip, resources and timing",
+    )
+    parser.add_argument("--smoke-steps", type=int, default=5, help="iterations of the smoke trial (default 5)")
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="no HTML sweep report (nor its MLflow artifacts) at the end",
@@ -97,6 +103,8 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     experiment = resolve_experiment(args)
+    if args.smoke:
+        return smoke_command(experiment, args, stream=stream)
     status, _ = execute_sweep(
         experiment,
         tracking_uri=args.tracking_uri,
@@ -111,6 +119,70 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     return status
 
 
+def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) -> int:
+    """``sweep --smoke``: a tiny trial (and a second one from its checkpoint), then verdicts;
+    exit 0 when every check passed (or was skipped), 1 otherwise."""
+    from datetime import datetime
+
+    from tunetrain import smoke, tracking
+
+    if args.smoke_steps < 2:
+        raise ExperimentError(
+            f"--smoke-steps must be at least 2 (to see the metric improve), but got {args.smoke_steps}.",
+            fix="Pass --smoke-steps 5, or leave it out.",
+        )
+    tiny = smoke.smoke_experiment(experiment, steps=args.smoke_steps)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    common: dict[str, Any] = {
+        "tracking_uri": args.tracking_uri,
+        "storage": args.storage,
+        "address": args.address,
+        "argv": args.argv,
+        "report": False,
+        "stream": stream,
+    }
+    try:
+        _, outcome = execute_sweep(tiny, name=args.name or f"{experiment.name}-smoke-{stamp}", **common)
+    except ExperimentError as exc:
+        print(f"\nSmoke test of {experiment.name}:\n  FAIL  resources or set-up: {exc}", file=stream, flush=True)
+        raise
+    store = tracking.SweepStore(args.tracking_uri or tracking.default_tracking_uri())
+    if outcome.parent_run_id:
+        store.set_tags(outcome.parent_run_id, {"tunetrain.smoke": "true"})
+    run_ids = list(outcome.run_ids.values())
+    reported = sorted({key for t in outcome.trials for key in t.last})
+    history = store.histories(run_ids, reported)
+    checks = [smoke.resources_check(tiny)]
+    trial_checks, trial = smoke.trial_checks(tiny, outcome, history)
+    checks += trial_checks
+    if trial is not None and trial.status != "failed" and not outcome.bad_input:
+        verdict = smoke.checkpoint_check(experiment, trial)
+        if verdict is None:
+            latest = trial.checkpoints[-1]
+            print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=stream, flush=True)
+            _, restored = execute_sweep(
+                smoke.restore_experiment(tiny),
+                name=f"{experiment.name}-smoke-restore-{stamp}",
+                initial_checkpoint=latest["path"],
+                **common,
+            )
+            if restored.parent_run_id:
+                store.set_tags(restored.parent_run_id, {"tunetrain.smoke": "true"})
+            verdict = smoke.round_trip_check(latest, restored)
+        checks.append(verdict)
+        checks.append(smoke.timing_check(trial, history))
+    failed = [c for c in checks if c.verdict == "FAIL"]
+    print(f"\nSmoke test of {experiment.name} ({args.smoke_steps} steps):", file=stream)
+    for check in checks:
+        print(check.line(), file=stream)
+    print(
+        f"Smoke: {'FAILED, ' + str(len(failed)) + ' check(s)' if failed else 'all checks passed'}.",
+        file=stream,
+        flush=True,
+    )
+    return EXIT_ALL_FAILED if failed else EXIT_OK
+
+
 def execute_sweep(
     experiment: Any,
     *,
@@ -123,6 +195,7 @@ def execute_sweep(
     dry_run: bool = False,
     report: bool = True,
     trial_seeds: tuple[int, ...] = (),
+    initial_checkpoint: str | None = None,
 ) -> tuple[int, Any]:
     """Plan, run and summarise a sweep; returns (exit status, outcome or None)."""
     from tunetrain import _space, tracking, tuner
@@ -145,6 +218,7 @@ def execute_sweep(
         sweep_name=name,
         argv=["python", "-m", "tunetrain", *(argv or [])],
         trial_seeds=trial_seeds,
+        initial_checkpoint=initial_checkpoint,
     )
     if dry_run:
         print(tuner.describe_plan(plan), file=stream)

@@ -125,6 +125,8 @@ class Experiment:
         deterministic: run every worker with torch's deterministic algorithms
             (``torch.use_deterministic_algorithms(True)``, cuDNN benchmark off,
             ``CUBLAS_WORKSPACE_CONFIG``); recorded on the sweep. See docs/reproducibility.md.
+        smoke: the values ``sweep --smoke`` sets (dotted keys, as ``--set``): the smallest
+            sizes of size-like parameters, e.g. ``{"train.max_steps": 20, "width": 16}``.
         preflight: called on the driver with the resolved fixed config before anything
             starts; it raises :class:`ExperimentError` when the experiment cannot run here.
     """
@@ -150,6 +152,7 @@ class Experiment:
     max_concurrent: int | None = None
     trial_runner: TrialRunner = "auto"
     deterministic: bool = False
+    smoke: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     preflight: Callable[[dict[str, Any]], None] | None = None
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None

@@ -99,6 +99,15 @@ class TrialSpec:
     # Replay: the seeds of trials 0, 1, ... as recorded, instead of derived from root_seed.
     trial_seeds: tuple[int, ...] = ()
     deterministic: bool = False
+    # A smoke run's round trip: trials start from this checkpoint folder (unless Tune
+    # restored them from one of their own).
+    initial_checkpoint: str | None = None
+
+    def start_checkpoint(self) -> Any:
+        restored = tune.get_checkpoint()
+        if restored is None and self.initial_checkpoint is not None:
+            return ray.train.Checkpoint.from_directory(self.initial_checkpoint)
+        return restored
 
     def trial_seed(self, index: int) -> int:
         return trial_seed(self.root_seed, index, self.trial_seeds)
@@ -228,7 +237,12 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
     trainer = TorchTrainer(
         _worker_main(
-            spec.train_loop, name, index, seed, start_checkpoint=tune.get_checkpoint(), deterministic=spec.deterministic
+            spec.train_loop,
+            name,
+            index,
+            seed,
+            start_checkpoint=spec.start_checkpoint(),
+            deterministic=spec.deterministic,
         ),
         train_loop_config=config,
         scaling_config=ScalingConfig(
@@ -294,9 +308,10 @@ class _TuneBridge(LocalTrainFnUtils):
     Tune trial needs each one (the scheduler decides on it, the checkpoint is persisted).
     """
 
-    def __init__(self, *, session: Any, experiment_name: str) -> None:
+    def __init__(self, *, session: Any, experiment_name: str, initial_checkpoint: Any = None) -> None:
         super().__init__(experiment_name=experiment_name)
         self._session = session
+        self._initial_checkpoint = initial_checkpoint
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
         # The Tune session persists the checkpoint into the trial's storage before it returns,
@@ -307,7 +322,7 @@ class _TuneBridge(LocalTrainFnUtils):
     def get_checkpoint(self) -> Any:
         # The checkpoint Tune restored this trial from (failure retry, PBT exploit, resume),
         # then the latest one reported: what Train's get_checkpoint gives a worker.
-        return self._session.loaded_checkpoint
+        return self._session.loaded_checkpoint or self._initial_checkpoint
 
 
 def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -316,7 +331,10 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     index = trial_index(name)
     session = get_session()
     assert session is not None, "run_trial_in_process runs inside a Ray Tune trial"
-    set_train_fn_utils(_TuneBridge(session=session, experiment_name=name))
+    initial = None
+    if session.loaded_checkpoint is None and spec.initial_checkpoint is not None:
+        initial = ray.train.Checkpoint.from_directory(spec.initial_checkpoint)
+    set_train_fn_utils(_TuneBridge(session=session, experiment_name=name, initial_checkpoint=initial))
     # ray.train.report/get_context/get_checkpoint refuse to run in a Tune function (Ray
     # checks that the session has no world rank) to steer users to ray.tune.*; the train
     # loop is written for Ray Train, so while it runs the session has rank 0, as on a

@@ -85,6 +85,8 @@ class SweepPlan:
     command: str
     # A replay: the recorded seeds of trials 0, 1, ... (else derived from root_seed).
     trial_seeds: tuple[int, ...] = ()
+    # A smoke run's round trip: every trial starts from this checkpoint folder.
+    initial_checkpoint: str | None = None
 
     @property
     def param_space(self) -> dict[str, Any]:
@@ -203,6 +205,7 @@ def plan_sweep(
     sweep_name: str | None = None,
     argv: list[str] | None = None,
     trial_seeds: tuple[int, ...] = (),
+    initial_checkpoint: str | None = None,
 ) -> SweepPlan:
     """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
     worker = experiment.worker_resources
@@ -247,6 +250,7 @@ def plan_sweep(
         nodes=nodes,
         command=shlex.join(argv if argv is not None else sys.argv),
         trial_seeds=tuple(trial_seeds),
+        initial_checkpoint=initial_checkpoint,
     )
 
 
@@ -653,6 +657,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             storage_path=f"{plan.storage_path}/{plan.sweep_name}/train",
             trial_seeds=plan.trial_seeds,
             deterministic=exp.deterministic,
+            initial_checkpoint=plan.initial_checkpoint,
         )
         if exp.in_process:
             # The trial itself trains: it holds the worker's resources, and Tune reuses its

@@ -1,0 +1,113 @@
+"""`sweep --smoke`: one tiny trial and a verdict per check, on healthy and broken experiments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, write_experiment
+from tunetrain.analysis import list_sweeps, load_sweep
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+# `kind` breaks one thing at a time; `size` is a size-like parameter the smoke run shrinks.
+SMOKE = """
+import json
+import math
+import os
+import tempfile
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            if config["kind"] == "bad_checkpoint":
+                raise RuntimeError("cannot read the checkpoint back")
+            with open(os.path.join(folder, "state.json")) as f:
+                start = json.load(f)["step"]
+    for step in range(start, 50):
+        loss = 1.0 / (step + 1)
+        if config["kind"] == "nan" and step >= 2:
+            loss = math.nan
+        key = "val_loss" if config["kind"] == "wrong_metric" else "loss"
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"step": step + 1}, f)
+            checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report({key: loss, "size": config["size"]}, checkpoint=checkpoint)
+
+
+experiment = Experiment(
+    name="smoky", train_loop=loop, space={"size": tune.choice([4, 64, 256])}, defaults={"kind": "ok"},
+    metric="loss", mode="min", num_samples=8, stop=StopRule(max_iterations=50), seed=1,
+    smoke={"size": 4},  # the smallest size
+)
+"""
+
+
+def smoke(workdir: Path, kind: str) -> tuple[int, str]:
+    path = write_experiment(workdir, SMOKE)
+    return run_cli("sweep", str(path), "--smoke", "--set", f"kind={kind!r}")
+
+
+def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
+    status, out = smoke(workdir, "ok")
+    assert status == 0, out
+    for line in (
+        "PASS  resources:",
+        "PASS  metric: loss reported at 5 step(s)",
+        "PASS  finite and improving: loss 1 -> 0.2 over 5 step(s) (min)",
+        "PASS  checkpoint: saved at step 5 and loaded back",
+        "PASS  timing: start-up ",
+        "Smoke: all checks passed.",
+    ):
+        assert line in out, line
+    sweeps = list_sweeps(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    # Two tiny sweeps (the trial, then one from its checkpoint), both marked as smoke runs.
+    assert len(sweeps) == 2
+    first = load_sweep(sweeps["sweep"].iloc[-1], tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    assert first.tags["tunetrain.smoke"] == "true"
+    # One trial of 5 steps, with the experiment's smoke value for the size-like parameter.
+    trials = first.trials()
+    assert len(trials) == 1 and trials["iterations"].iloc[0] == 5 and trials["config/size"].iloc[0] == 4
+
+
+def test_a_wrong_metric_name_fails_naming_what_was_reported(workdir: Path) -> None:
+    status, out = smoke(workdir, "wrong_metric")
+    assert status == 1, out
+    assert "FAIL  metric: The experiment's metric 'loss' was never reported" in out
+    assert "the train loop reported: size, val_loss" in out and "Smoke: FAILED, 1 check(s)." in out
+
+
+def test_a_nan_loss_fails_the_finite_check(workdir: Path) -> None:
+    status, out = smoke(workdir, "nan")
+    assert status == 1, out
+    assert "FAIL  finite and improving: loss is nan at step 3" in out
+
+
+def test_a_checkpoint_that_does_not_load_back_fails_the_round_trip(workdir: Path) -> None:
+    status, out = smoke(workdir, "bad_checkpoint")
+    assert status == 1, out
+    assert "PASS  finite and improving" in out
+    assert (
+        "FAIL  checkpoint: saved at step 5 but does not load back: RuntimeError: cannot read the checkpoint back" in out
+    )
+
+
+def test_pbt_needs_a_checkpoint_other_schedulers_skip_the_check() -> None:
+    from tests.conftest import make_experiment
+    from tunetrain.records import TrialRecord
+    from tunetrain.smoke import checkpoint_check
+
+    trial = TrialRecord(name="trial_0000", index=0, trial_id="t", config={}, seed=1)  # reported no checkpoint
+    pbt = checkpoint_check(make_experiment(scheduler="pbt", searcher="random"), trial)
+    assert pbt is not None and pbt.verdict == "FAIL" and "PBT clones trials from their checkpoints" in pbt.detail
+    asha = checkpoint_check(make_experiment(), trial)
+    assert asha is not None and asha.verdict == "SKIP"

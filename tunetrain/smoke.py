@@ -1,0 +1,133 @@
+"""``sweep --smoke``: one tiny trial of the experiment on the target cluster, and a verdict.
+
+Checks, one line each: the trial's resources can be scheduled; the metric is reported
+under the experiment's name; it is finite and improves; a checkpoint is saved and loads
+back (a second tiny trial starts from it) when the experiment reports checkpoints, and must
+for PBT; then the measured start-up time and time per training iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import pandas as pd
+
+from tunetrain import _space
+from tunetrain.experiment import Experiment, StopRule
+from tunetrain.records import SweepOutcome, TrialRecord
+
+Verdict = Literal["PASS", "FAIL", "SKIP"]
+DEFAULT_STEPS = 5
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    verdict: Verdict
+    detail: str
+
+    def line(self) -> str:
+        return f"  {self.verdict:<4}  {self.name}: {self.detail}"
+
+
+def smoke_experiment(experiment: Experiment, *, steps: int) -> Experiment:
+    """One trial, FIFO, random search, ``steps`` iterations, the experiment's smoke values."""
+    if steps < 2:
+        raise ValueError(f"A smoke run needs at least 2 steps to see the metric improve, but got {steps=}.")
+    space, defaults = experiment.space, experiment.defaults
+    if experiment.smoke:
+        space, defaults = _space.apply_overrides(space, defaults, dict(experiment.smoke))
+    return experiment.replace(
+        space=space,
+        defaults=defaults,
+        num_samples=1,
+        scheduler="fifo",
+        scheduler_options={},
+        searcher="random",
+        searcher_options={},
+        stop=StopRule(max_iterations=steps, max_trial_seconds=experiment.stop.max_trial_seconds),
+        max_concurrent=1,
+    )
+
+
+def restore_experiment(smoke: Experiment) -> Experiment:
+    """The round trip's second trial: one step, started from the first trial's checkpoint."""
+    return smoke.replace(stop=StopRule(max_iterations=1, max_trial_seconds=smoke.stop.max_trial_seconds))
+
+
+def resources_check(smoke: Experiment) -> Check:
+    """Reached only when the plan fitted the cluster (a trial that cannot fit is refused first)."""
+    worker = ", ".join(f"{k}={v:g}" for k, v in smoke.worker_resources.items())
+    return Check("resources", "PASS", f"a trial ({smoke.workers_per_trial} worker(s) x {worker}) was scheduled and ran")
+
+
+def trial_checks(
+    experiment: Experiment, outcome: SweepOutcome, history: pd.DataFrame
+) -> tuple[list[Check], TrialRecord | None]:
+    """The metric, finiteness/improvement checks; returns them and the trial when it ran."""
+    metric, mode = experiment.primary_metric, experiment.primary_mode
+    if outcome.bad_input:
+        return [Check("metric", "FAIL", outcome.bad_input)], None
+    trial = outcome.trials[0] if outcome.trials else None
+    if trial is None or trial.status == "failed":
+        error = trial.error.strip().splitlines()[-1] if trial and trial.error else "the trial did not run"
+        return [Check("metric", "FAIL", f"the trial failed before the checks: {error}")], trial
+    checks = []
+    missing = [m for m, _ in experiment.objectives if m not in set(history["metric"])]
+    if missing:
+        reported = sorted(set(history["metric"]))
+        checks.append(Check("metric", "FAIL", f"{', '.join(missing)} never reported; reported: {', '.join(reported)}"))
+        return checks, trial
+    points = history[history["metric"] == metric].sort_values("step")
+    checks.append(Check("metric", "PASS", f"{metric} reported at {len(points)} step(s)"))
+    values = [float(v) for v in points["value"]]
+    bad = [(int(s), v) for s, v in zip(points["step"], values, strict=True) if not math.isfinite(v)]
+    if bad:
+        checks.append(Check("finite and improving", "FAIL", f"{metric} is {bad[0][1]} at step {bad[0][0]}"))
+        return checks, trial
+    better = values[-1] < values[0] if mode == "min" else values[-1] > values[0]
+    trend = f"{metric} {values[0]:.4g} -> {values[-1]:.4g} over {len(values)} step(s) ({mode})"
+    checks.append(Check("finite and improving", "PASS" if better else "FAIL", trend))
+    return checks, trial
+
+
+def checkpoint_check(experiment: Experiment, trial: TrialRecord) -> Check | None:
+    """None when a round trip is to be run; otherwise the verdict without one."""
+    if trial.checkpoints:
+        return None
+    if experiment.scheduler in ("pbt", "pb2"):
+        return Check(
+            "checkpoint",
+            "FAIL",
+            f"no checkpoint reported, and {experiment.scheduler.upper()} clones trials from their checkpoints "
+            "(report with ray.train.report(metrics, checkpoint=...))",
+        )
+    return Check("checkpoint", "SKIP", "no checkpoint reported (HyperBand and PBT need them)")
+
+
+def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> Check:
+    trial = restored.trials[0] if restored.trials else None
+    # It reported (whatever the value: a diverging loss is the other check's verdict).
+    if trial is not None and trial.status != "failed" and trial.iterations >= 1:
+        return Check(
+            "checkpoint",
+            "PASS",
+            f"saved at step {checkpoint['step']} and loaded back: a new trial started from it and reported",
+        )
+    error = trial.error.strip().splitlines()[-1] if trial and trial.error else "the restored trial did not report"
+    return Check("checkpoint", "FAIL", f"saved at step {checkpoint['step']} but does not load back: {error}")
+
+
+def timing_check(trial: TrialRecord, history: pd.DataFrame) -> Check:
+    times = sorted(set(history["timestamp"]))
+    if not times:
+        return Check("timing", "SKIP", "nothing reported")
+    startup = times[0] - trial.start_time
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    per_step = f"{statistics.median(gaps):.3g} s per iteration (median of {len(gaps)})" if gaps else "one iteration"
+    return Check("timing", "PASS", f"start-up {startup:.3g} s (trial start to first report), {per_step}")
