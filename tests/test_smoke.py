@@ -77,6 +77,11 @@ def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
     # One trial of 5 steps, with the experiment's smoke value for the size-like parameter.
     trials = first.trials()
     assert len(trials) == 1 and trials["iterations"].iloc[0] == 5 and trials["config/size"].iloc[0] == 4
+    # Its timings feed the cost estimate of a dry run: 8 trials of at most 50 iterations (ASHA).
+    status, plan = run_cli("sweep", str(workdir / "exp.py"), "--estimate")
+    assert status == 0, plan
+    assert f"Estimate (smoke run {first.name}: start-up " in plan
+    assert "iterations per trial (ASHA: grace 1, reduction factor 2, max_t 50)" in plan and "CPU-hours" in plan
 
 
 def test_a_wrong_metric_name_fails_naming_what_was_reported(workdir: Path) -> None:

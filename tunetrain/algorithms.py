@@ -49,6 +49,23 @@ class _RecordsDecisions:
         self.early_stopped: dict[str, int] = {}
         self.exploits: list[dict[str, Any]] = []
         self._deciding: tuple[str, dict[str, Any]] | None = None
+        self.budget_gate: Any = None  # a tunetrain.budget.BudgetGate under --budget
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        # Tune asks this before it starts pending trials: under a budget that the next trial
+        # would overrun, the trials that never ran are stopped before they start (trials
+        # resumed after a pause have started before and go on).
+        gate = self.budget_gate
+        if gate is not None:
+            trials = tune_controller.get_trials()
+            fresh = [t for t in trials if t.status == "PENDING" and not gate.has_started(t.trial_id)]
+            if fresh and not gate.allows_launch():
+                tune_controller.search_alg.set_finished()  # no more suggestions
+                for trial in fresh:
+                    trial.init_local_path()  # Tune's result table at the end needs every trial's folder
+                    tune_controller.stop_trial(trial)
+                    gate.refused += 1
+        return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
 
     def _iteration(self, trial: Any) -> int:
         """The trial's latest iteration, counting the result being decided on."""

@@ -55,7 +55,18 @@ def sweep_parser(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="override a default or pin a space dimension (Python literal; nested keys with dots)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved plan and start nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved plan (with a cost estimate after a --smoke run) and start nothing",
+    )
+    parser.add_argument(
+        "--estimate", action="store_true", help="as --dry-run, and fail when no smoke run gives the timings"
+    )
+    parser.add_argument(
+        "--budget",
+        help="stop launching trials once the next would overrun it: wall time (90s, 30m, 2h) or 5cpu-h, 1.5gpu-h",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -105,14 +116,18 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     experiment = resolve_experiment(args)
     if args.smoke:
         return smoke_command(experiment, args, stream=stream)
+    from tunetrain.budget import parse_budget
+
     status, _ = execute_sweep(
         experiment,
+        budget=parse_budget(args.budget) if args.budget else None,
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         address=args.address,
         name=args.name,
         argv=args.argv,
-        dry_run=args.dry_run,
+        dry_run=args.dry_run or args.estimate,
+        require_estimate=args.estimate,
         report=not args.no_report,
         stream=stream,
     )
@@ -124,7 +139,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
     exit 0 when every check passed (or was skipped), 1 otherwise."""
     from datetime import datetime
 
-    from tunetrain import smoke, tracking
+    from tunetrain import estimate, smoke, tracking
 
     if args.smoke_steps < 2:
         raise ExperimentError(
@@ -171,6 +186,12 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
             verdict = smoke.round_trip_check(latest, restored)
         checks.append(verdict)
         checks.append(smoke.timing_check(trial, history))
+        measured = smoke.timings(trial, history)
+        if measured is not None and outcome.parent_run_id:  # for the cost estimate of --dry-run
+            store.set_tags(
+                outcome.parent_run_id,
+                {estimate.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", estimate.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
+            )
     failed = [c for c in checks if c.verdict == "FAIL"]
     print(f"\nSmoke test of {experiment.name} ({args.smoke_steps} steps):", file=stream)
     for check in checks:
@@ -196,6 +217,8 @@ def execute_sweep(
     report: bool = True,
     trial_seeds: tuple[int, ...] = (),
     initial_checkpoint: str | None = None,
+    budget: Any = None,
+    require_estimate: bool = False,
 ) -> tuple[int, Any]:
     """Plan, run and summarise a sweep; returns (exit status, outcome or None)."""
     from tunetrain import _space, tracking, tuner
@@ -219,9 +242,20 @@ def execute_sweep(
         argv=["python", "-m", "tunetrain", *(argv or [])],
         trial_seeds=trial_seeds,
         initial_checkpoint=initial_checkpoint,
+        budget=budget,
     )
     if dry_run:
+        from tunetrain import estimate
+
         print(tuner.describe_plan(plan), file=stream)
+        smoke = tracking.latest_smoke_timings(tracking_uri, experiment.name)
+        print(estimate.describe(plan.experiment, max_concurrent=plan.max_concurrent, smoke=smoke), file=stream)
+        if require_estimate and smoke is None:
+            raise ExperimentError(
+                f"--estimate needs the timings of a smoke run of {experiment.name!r}, and the store "
+                f"{tracking_uri} has none.",
+                fix="Run `tunetrain sweep FILE --smoke` first (same --tracking-uri).",
+            )
         return EXIT_OK, None
     if experiment.preflight is not None:
         experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it

@@ -101,6 +101,8 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         + ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s])
         + ")"
     )
+    if outcome.stop_reason:
+        lines.append(f"Stopped launching trials: {outcome.stop_reason}.")
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:
         shown = ranked[:top_k]

@@ -98,6 +98,8 @@ class SweepOutcome:
     # Several objectives: (metric, mode) of each, and the Pareto-optimal trials.
     objectives: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     pareto: list[TrialRecord] = dataclasses.field(default_factory=list)
+    # Why the sweep launched fewer trials than planned (--budget), else "".
+    stop_reason: str = ""
 
     @property
     def best(self) -> TrialRecord | None:

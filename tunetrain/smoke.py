@@ -123,11 +123,23 @@ def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> C
     return Check("checkpoint", "FAIL", f"saved at step {checkpoint['step']} but does not load back: {error}")
 
 
-def timing_check(trial: TrialRecord, history: pd.DataFrame) -> Check:
+def timings(trial: TrialRecord, history: pd.DataFrame) -> tuple[float, float] | None:
+    """(start-up seconds: trial start to first report, median seconds per iteration)."""
     times = sorted(set(history["timestamp"]))
-    if not times:
-        return Check("timing", "SKIP", "nothing reported")
-    startup = times[0] - trial.start_time
+    if len(times) < 2:
+        return None
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    per_step = f"{statistics.median(gaps):.3g} s per iteration (median of {len(gaps)})" if gaps else "one iteration"
-    return Check("timing", "PASS", f"start-up {startup:.3g} s (trial start to first report), {per_step}")
+    return times[0] - trial.start_time, statistics.median(gaps)
+
+
+def timing_check(trial: TrialRecord, history: pd.DataFrame) -> Check:
+    measured = timings(trial, history)
+    if measured is None:
+        return Check("timing", "SKIP", "fewer than 2 reports")
+    startup, per_step = measured
+    return Check(
+        "timing",
+        "PASS",
+        f"start-up {startup:.3g} s (trial start to first report), {per_step:.3g} s per iteration "
+        f"(median of {len(set(history['timestamp'])) - 1})",
+    )

@@ -39,6 +39,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from tunetrain.errors import ExperimentError
+from tunetrain.estimate import SMOKE_ITERATION_TAG, SMOKE_STARTUP_TAG
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -77,6 +78,23 @@ def ui_command(tracking_uri: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {tracking_uri}"
     return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def latest_smoke_timings(tracking_uri: str, experiment: str) -> tuple[str, float, float] | None:
+    """(sweep name, start-up s, s per iteration) of the experiment's latest ``--smoke`` run;
+    None when there is none. Reads nothing (and creates no sqlite file) when the store is a
+    sqlite file that does not exist yet."""
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///") :]).exists():
+        return None
+    store = SweepStore(tracking_uri)
+    if store._client.get_experiment_by_name(experiment) is None:
+        return None
+    for run in store.sweeps(experiment):
+        tags = run.tags
+        if tags.get("tunetrain.smoke") == "true" and SMOKE_ITERATION_TAG in tags:
+            startup, iteration = tags[SMOKE_STARTUP_TAG], tags[SMOKE_ITERATION_TAG]
+            return tags.get(SWEEP_NAME_TAG, run.name), float(startup), float(iteration)
+    return None
 
 
 def start_ui_server(

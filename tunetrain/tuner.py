@@ -34,6 +34,7 @@ from tunetrain.algorithms import (
     searcher_live_limit,
     searcher_owns_space,
 )
+from tunetrain.budget import Budget, BudgetGate
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
@@ -87,6 +88,7 @@ class SweepPlan:
     trial_seeds: tuple[int, ...] = ()
     # A smoke run's round trip: every trial starts from this checkpoint folder.
     initial_checkpoint: str | None = None
+    budget: Budget | None = None  # --budget: stop launching trials that would overrun it
 
     @property
     def param_space(self) -> dict[str, Any]:
@@ -206,6 +208,7 @@ def plan_sweep(
     argv: list[str] | None = None,
     trial_seeds: tuple[int, ...] = (),
     initial_checkpoint: str | None = None,
+    budget: Budget | None = None,
 ) -> SweepPlan:
     """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
     worker = experiment.worker_resources
@@ -251,6 +254,7 @@ def plan_sweep(
         command=shlex.join(argv if argv is not None else sys.argv),
         trial_seeds=tuple(trial_seeds),
         initial_checkpoint=initial_checkpoint,
+        budget=budget,
     )
 
 
@@ -279,6 +283,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Cluster: {plan.address or 'embedded local Ray'}; "
         + "; ".join(describe_resources(node) for node in plan.nodes),
         f"Root seed: {plan.root_seed}",
+        "Budget: " + (f"{plan.budget.text} (no new trial once the next would overrun it)" if plan.budget else "none"),
         f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
         f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
         f"MLflow: {plan.tracking_uri} (experiment {exp.name!r})",
@@ -344,8 +349,10 @@ class SweepCallback(tune.Callback):
         stopper: SweepStopper,
         scheduler: Any,
         provenance: Mapping[str, Any] | None = None,
+        budget_gate: BudgetGate | None = None,
     ) -> None:
         self.plan = plan
+        self.budget_gate = budget_gate
         # The sweep's code, version and hardware facts, copied onto every trial's run.
         self.provenance = dict(provenance or {})
         self.recorder = recorder
@@ -385,6 +392,8 @@ class SweepCallback(tune.Callback):
             start_time=time.time(),
         )
         self.records[trial.trial_id] = record
+        if self.budget_gate is not None:
+            self.budget_gate.started(trial.trial_id)
         self.recorder.start_trial(
             name,
             params={**_space.flatten(record.config), "tunetrain.seed": record.seed},
@@ -483,6 +492,8 @@ class SweepCallback(tune.Callback):
         self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": path})
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        if self.budget_gate is not None:
+            self.budget_gate.ended(trial.trial_id)
         record = self.records.get(trial.trial_id)
         if record is None:
             return
@@ -503,6 +514,8 @@ class SweepCallback(tune.Callback):
         return limit is not None and record.iterations >= limit
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        if self.budget_gate is not None:
+            self.budget_gate.ended(trial.trial_id)
         record = self.records.get(trial.trial_id)
         if record is not None:
             self._end(record, "failed", error=_trial_error(trial))
@@ -577,6 +590,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.num_samples": exp.num_samples,
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.deterministic": str(exp.deterministic).lower(),
+        "tunetrain.budget": plan.budget.text if plan.budget else "none",
         "tunetrain.workers_per_trial": exp.workers_per_trial,
         "tunetrain.trial_runner": "in_process" if exp.in_process else "torch_trainer",
         "tunetrain.max_concurrent": plan.max_concurrent,
@@ -633,6 +647,15 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     interrupted = False
     crashed = False
     scheduler = build_scheduler(exp)
+    gate = None
+    if plan.budget is not None:
+        worker = exp.worker_resources
+        gate = BudgetGate(
+            plan.budget,
+            cpus_per_trial=exp.workers_per_trial * worker.get("CPU", 0.0),
+            gpus_per_trial=exp.workers_per_trial * worker.get("GPU", 0.0),
+        )
+        scheduler.budget_gate = gate
     live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
     searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
     stopper = SweepStopper(exp)
@@ -646,6 +669,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             stopper=stopper,
             scheduler=scheduler,
             provenance=trial_provenance(tags),
+            budget_gate=gate,
         )
         spec = TrialSpec(
             train_loop=exp.train_loop,
@@ -723,8 +747,11 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             interrupted=interrupted and stopper.bad_input is None,
             log_path=str(log_dir),
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
+            stop_reason=gate.reason if gate is not None and gate.refused else "",
         )
         pareto_tags: dict[str, Any] = {}
+        if outcome.stop_reason:
+            pareto_tags["tunetrain.stop_reason"] = outcome.stop_reason
         if exp.multi_objective:
             outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
             outcome.pareto = pareto_front(records, outcome.objectives)

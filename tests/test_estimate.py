@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import math
+
+from tests.conftest import make_experiment
+from tunetrain import StopRule
+from tunetrain.estimate import describe, estimate, iterations_per_trial
+
+
+def test_asha_keeps_one_in_reduction_factor_at_each_rung() -> None:
+    experiment = make_experiment(scheduler="asha", stop=StopRule(max_iterations=5))
+    # Rungs 1, 2, 4 of max_t 5: all run 1, half run to 2, a quarter to 4, an eighth to 5.
+    iterations, basis = iterations_per_trial(experiment) or (0.0, "")
+    assert math.isclose(iterations, 1 + 0.5 * 1 + 0.25 * 2 + 0.125 * 1)
+    assert basis == "ASHA: grace 1, reduction factor 2, max_t 5"
+
+
+def test_fifo_runs_every_trial_to_the_end_and_no_limit_gives_no_estimate() -> None:
+    fifo = make_experiment(scheduler="fifo", stop=StopRule(max_iterations=10), num_samples=4, max_concurrent=2)
+    found = estimate(fifo, max_concurrent=2, startup_s=1.0, iteration_s=0.5)
+    assert found is not None
+    # 1 s start-up + 10 x 0.5 s = 6 s a trial; 4 trials, 2 at once: 12 s; 24 CPU-seconds.
+    assert (found.trial_s, found.wall_s) == (6.0, 12.0) and math.isclose(found.cpu_hours, 24 / 3600)
+    assert estimate(make_experiment(scheduler="fifo"), max_concurrent=2, startup_s=1, iteration_s=1) is None
+
+
+def test_without_a_smoke_run_the_estimate_says_how_to_get_one() -> None:
+    text = describe(make_experiment(), max_concurrent=2, smoke=None)
+    assert "no smoke run of this experiment recorded; run `tunetrain sweep FILE --smoke` first" in text

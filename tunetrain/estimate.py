@@ -1,0 +1,101 @@
+"""What a sweep will cost, from the timings of the experiment's latest ``--smoke`` run.
+
+    expected iterations per trial  x  seconds per iteration  +  start-up   = one trial
+    one trial x trials / trials at once                                  = wall time
+    one trial x trials x CPUs (GPUs) per trial                           = CPU-hours (GPU-hours)
+
+Iterations per trial follow the scheduler: FIFO and PBT run every trial to ``max_t``; ASHA
+keeps 1/reduction_factor of the trials at each rung (the expectation if it stops exactly that
+share); median stopping and HyperBand stop some trials by rules that depend on the results,
+so ``max_t`` is an upper bound there, and the estimate says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+SMOKE_STARTUP_TAG = "tunetrain.smoke.startup_s"
+SMOKE_ITERATION_TAG = "tunetrain.smoke.iteration_s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    iterations_per_trial: float
+    basis: str
+    trial_s: float
+    wall_s: float
+    cpu_hours: float
+    gpu_hours: float
+
+
+def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
+    """Expected iterations of one trial and how that was worked out; None when the
+    experiment sets no iteration limit (its trials end when their train loop does)."""
+    options = dict(experiment.scheduler_options)
+    max_t = options.get("max_t", experiment.stop.max_iterations)
+    if experiment.stop.max_iterations is not None and max_t is not None:
+        max_t = min(max_t, experiment.stop.max_iterations)
+    if max_t is None:
+        return None
+    if experiment.scheduler == "asha":
+        grace = int(options.get("grace_period", 1))
+        rf = float(options.get("reduction_factor", 2))
+        rungs = [grace * rf**k for k in range(64) if grace * rf**k < max_t]
+        ends = [*rungs[1:], max_t]
+        expected = grace + sum(
+            rf ** -(k + 1) * (end - start) for k, (start, end) in enumerate(zip(rungs, ends, strict=True))
+        )
+        return expected, f"ASHA: grace {grace}, reduction factor {rf:g}, max_t {max_t:g}"
+    if experiment.scheduler in ("median", "hyperband"):
+        return float(max_t), f"{experiment.scheduler}: at most max_t {max_t:g} (an upper bound)"
+    return float(max_t), f"{experiment.scheduler}: every trial runs max_t {max_t:g}"
+
+
+def estimate(experiment: Any, *, max_concurrent: int, startup_s: float, iteration_s: float) -> Estimate | None:
+    found = iterations_per_trial(experiment)
+    if found is None:
+        return None
+    iterations, basis = found
+    trial_s = startup_s + iterations * iteration_s
+    waves = math.ceil(experiment.num_samples / max(1, max_concurrent))
+    worker = experiment.worker_resources
+    cpus = experiment.workers_per_trial * worker.get("CPU", 0.0)
+    gpus = experiment.workers_per_trial * worker.get("GPU", 0.0)
+    total_s = trial_s * experiment.num_samples
+    return Estimate(
+        iterations_per_trial=iterations,
+        basis=basis,
+        trial_s=trial_s,
+        # Trials that end early free their slot for the next: the sum over slots, not waves of the longest.
+        wall_s=min(total_s / max(1, max_concurrent), waves * trial_s),
+        cpu_hours=total_s * cpus / 3600,
+        gpu_hours=total_s * gpus / 3600,
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def describe(experiment: Any, *, max_concurrent: int, smoke: tuple[str, float, float] | None) -> str:
+    """The estimate lines of ``--dry-run``: from the latest smoke run, or how to get one."""
+    if smoke is None:
+        return "Estimate: no smoke run of this experiment recorded; run `tunetrain sweep FILE --smoke` first."
+    name, startup_s, iteration_s = smoke
+    found = estimate(experiment, max_concurrent=max_concurrent, startup_s=startup_s, iteration_s=iteration_s)
+    source = f"smoke run {name}: start-up {startup_s:.3g} s, {iteration_s:.3g} s per iteration"
+    if found is None:
+        return f"Estimate ({source}): unknown, the experiment sets no max_iterations (its trials end by themselves)."
+    lines = [
+        f"Estimate ({source}):",
+        f"  {found.iterations_per_trial:.3g} iterations per trial ({found.basis}), ~{_duration(found.trial_s)} each",
+        f"  wall time ~{_duration(found.wall_s)} with {max_concurrent} at once; "
+        f"{found.cpu_hours:.3g} CPU-hours" + (f", {found.gpu_hours:.3g} GPU-hours" if found.gpu_hours else ""),
+    ]
+    return "\n".join(lines)
