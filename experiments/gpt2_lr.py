@@ -4,6 +4,7 @@
 #
 #   python -m tunetrain sweep experiments/gpt2_lr.py --num-samples 8 --set train.max_steps=200
 #   python -m tunetrain sweep experiments/gpt2_lr.py --set model=gpt2      # pretrained GPT-2 (needs the hub)
+#   python -m tunetrain sweep experiments/gpt2_lr.py --smoke               # one tiny trial first
 #
 # Every evaluation reports train_loss, val_loss and val_ppl and saves a checkpoint; a
 # trial restarted by Ray Train resumes from its latest checkpoint.
@@ -198,5 +199,6 @@ experiment = Experiment(
     stop=StopRule(max_trial_seconds=1800),  # a trial ends at max_steps, or after 30 minutes
     seed=0,  # root seed: trial seeds and the searcher derive from it
     checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_loss
+    smoke={"train.max_steps": 10, "train.eval_every": 2, "data.max_bytes": 200_000},  # sweep --smoke: 5 tiny evals
     preflight=preflight,  # checks --set model=... before anything starts
 )

@@ -173,17 +173,17 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
     if trial is not None and trial.status != "failed" and not outcome.bad_input:
         verdict = smoke.checkpoint_check(experiment, trial)
         if verdict is None:
-            latest = trial.checkpoints[-1]
-            print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=stream, flush=True)
+            first = trial.checkpoints[0]  # the earliest: the loop still has steps to run from it
+            print(f"\nSmoke round trip: a new trial starts from {first['path']}", file=stream, flush=True)
             _, restored = execute_sweep(
                 smoke.restore_experiment(tiny),
                 name=f"{experiment.name}-smoke-restore-{stamp}",
-                initial_checkpoint=latest["path"],
+                initial_checkpoint=first["path"],
                 **common,
             )
             if restored.parent_run_id:
                 store.set_tags(restored.parent_run_id, {"tunetrain.smoke": "true"})
-            verdict = smoke.round_trip_check(latest, restored)
+            verdict = smoke.round_trip_check(first, restored)
         checks.append(verdict)
         checks.append(smoke.timing_check(trial, history))
         measured = smoke.timings(trial, history)
