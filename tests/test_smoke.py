@@ -102,7 +102,7 @@ def test_a_checkpoint_that_does_not_load_back_fails_the_round_trip(workdir: Path
     assert status == 1, out
     assert "PASS  finite and improving" in out
     assert (
-        "FAIL  checkpoint: saved at step 5 but does not load back: RuntimeError: cannot read the checkpoint back" in out
+        "FAIL  checkpoint: saved at step 1 but does not load back: RuntimeError: cannot read the checkpoint back" in out
     )
 
 
