@@ -185,8 +185,8 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
                 store.set_tags(restored.parent_run_id, {"tunetrain.smoke": "true"})
             verdict = smoke.round_trip_check(first, restored)
         checks.append(verdict)
-        checks.append(smoke.timing_check(trial, history))
         measured = smoke.timings(trial, history)
+        checks.append(smoke.timing_check(measured))
         if measured is not None and outcome.parent_run_id:  # for the cost estimate of --dry-run
             store.set_tags(
                 outcome.parent_run_id,
