@@ -617,11 +617,10 @@ class SweepStore:
         """A JSON artifact of a run, or None when the run has none by that path."""
         with tempfile.TemporaryDirectory() as folder:
             try:
-                local = self._client.download_artifacts(run_id, path, folder)
-            except Exception:  # MLflow raises different types per store for a missing file
+                local = self.download_artifact(run_id, path, folder)
+            except ExperimentError:  # the run has no such artifact
                 return None
-            with open(local) as f:
-                return json.load(f)
+            return json.loads(local.read_text())
 
     def log_artifacts(self, run_id: str, files: Iterable[str | Path], *, artifact_path: str) -> None:
         for file in files:
