@@ -36,6 +36,9 @@ def sweep_parser(subparsers: Any) -> None:
         "torch_trainer: a TorchTrainer per trial; auto (default): in_process for 1 worker",
     )
     parser.add_argument("--max-concurrent", type=int, help="trials run at once (default: what the cluster fits)")
+    parser.add_argument(
+        "--max-failures", type=int, help="restarts of a trial from its checkpoint after a worker failure (default 0)"
+    )
     parser.add_argument("--address", help="Ray cluster to use (auto, HOST:PORT, ray://HOST:10001); default: embedded")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
     parser.add_argument("--storage", default="tunetrain_results", help="where trial checkpoints and sweep state go")
@@ -98,6 +101,7 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
         ("trial_runner", "trial_runner"),
         ("seed", "seed"),
         ("deterministic", "deterministic"),
+        ("max_failures", "max_failures"),
     ):
         value = getattr(args, flag)
         if value is not None:

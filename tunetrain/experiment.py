@@ -129,6 +129,10 @@ class Experiment:
             sizes of size-like parameters, e.g. ``{"train.max_steps": 20, "width": 16}``.
         preflight: called on the driver with the resolved fixed config before anything
             starts; it raises :class:`ExperimentError` when the experiment cannot run here.
+        max_failures: how often a trial restarts from its latest checkpoint after a worker
+            dies or raises, before it is marked failed (0: never). Multi-worker trials
+            restart through Ray Train's failure handling, in-process trials through Ray
+            Tune's; each restart is recorded on the trial's run. See docs/fault_tolerance.md.
     """
 
     name: str
@@ -154,6 +158,7 @@ class Experiment:
     deterministic: bool = False
     smoke: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     preflight: Callable[[dict[str, Any]], None] | None = None
+    max_failures: int = 0
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
 
@@ -241,6 +246,11 @@ class Experiment:
         _positive_int("workers_per_trial", self.workers_per_trial)
         if self.max_concurrent is not None:
             _positive_int("max_concurrent", self.max_concurrent)
+        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < 0:
+            raise ExperimentError(
+                f"Experiment.max_failures must be an integer >= 0, but got {self.max_failures=}.",
+                fix="Use e.g. max_failures=2 (restart a trial up to twice from its checkpoint), or 0.",
+            )
         if self.placement_strategy not in PLACEMENT_STRATEGIES:
             raise ExperimentError(
                 f"Unknown placement_strategy {self.placement_strategy!r}; valid strategies are "

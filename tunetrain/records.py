@@ -27,6 +27,8 @@ class TrialRecord:
     checkpoints: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     start_time: float = 0.0
     end_time: float | None = None
+    # Why the trial restarted from its checkpoint (worker failures), oldest first.
+    restarts: list[str] = dataclasses.field(default_factory=list)
 
     def observe(self, mode: str, value: float) -> None:
         """Keep the best finite value of the sweep's metric seen so far."""

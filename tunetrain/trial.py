@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import threading
@@ -48,6 +49,13 @@ from tunetrain.seeding import derive_seed, seed_everything
 # machine (two trials on 2 CPUs deadlock), and Ray rejects {"CPU": 0}; a token memory
 # request gives the driver a resource bundle that costs nothing schedulable.
 DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
+
+# Result keys the trial driver adds for the sweep's callback (lists and dicts, so never
+# taken for metrics): worker failures the trial restarted from since its last report, and
+# the original values of objectives that were not finite (the scheduler and the searcher
+# see the worst value instead, see :func:`worst_for_diverged`).
+RESTARTS_KEY = "tunetrain.restarts"
+DIVERGED_KEY = "tunetrain.diverged"
 
 _NAME = "trial_{:04d}"
 _NAME_PATTERN = re.compile(r"^trial_(\d+)$")
@@ -102,6 +110,8 @@ class TrialSpec:
     # A smoke run's round trip: trials start from this checkpoint folder (unless Tune
     # restored them from one of their own).
     initial_checkpoint: str | None = None
+    # (metric, mode) of each objective: a non-finite value is reported as the worst one.
+    objectives: tuple[tuple[str, str], ...] = ()
 
     def start_checkpoint(self) -> Any:
         restored = tune.get_checkpoint()
@@ -116,6 +126,25 @@ class TrialSpec:
 def trial_seed(root_seed: int, index: int, fixed: tuple[int, ...] = ()) -> int:
     """Trial ``index``'s seed: derived from the root seed, or given (a replay)."""
     return fixed[index] if index < len(fixed) else derive_seed(root_seed, index)
+
+
+def worst_for_diverged(metrics: dict[str, Any], objectives: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """``metrics`` with each non-finite objective replaced by its worst value (+inf to
+    minimise, -inf to maximise) and the original under :data:`DIVERGED_KEY`.
+
+    Ray Tune's searchers take NaN for a failed trial (Optuna marks it FAIL and learns
+    nothing from it) and ASHA's percentiles skip it; a diverged trial is a bad result, so
+    both see the worst value. The sweep records the value the loop reported.
+    """
+    diverged = {
+        metric: float(metrics[metric])
+        for metric, _ in objectives
+        if isinstance(metrics.get(metric), int | float) and not math.isfinite(metrics[metric])
+    }
+    if not diverged:
+        return metrics
+    worst = {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives if metric in diverged}
+    return {**metrics, **worst, DIVERGED_KEY: diverged}
 
 
 def make_deterministic() -> None:
@@ -203,6 +232,7 @@ class _Mailbox:
 
 
 _FIT_ENDED = "tunetrain:fit-ended"
+_WORKER_FAILED = "tunetrain:worker-failed"
 
 
 class _ReportToTrial(UserCallback):
@@ -223,6 +253,19 @@ class _ReportToTrial(UserCallback):
         # This runs in Train's controller actor: its handle lets the driver abort the run.
         controller = ray.get_runtime_context().current_actor
         ray.get(self._mailbox.put.remote((dict(metrics[0]), checkpoint, controller)))
+
+    def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
+        # A worker raised or died: Train restarts the group from its latest checkpoint (up to
+        # max_failures times) or ends the run; the driver records why with its next report.
+        reasons = [f"rank {rank}: {_headline(exc)}" for rank, exc in sorted(worker_exceptions.items())]
+        ray.get(self._mailbox.put.remote((_WORKER_FAILED, "; ".join(reasons))))
+
+
+def _headline(exc: BaseException) -> str:
+    """An exception's last line (for a worker's error: the user's exception, not Ray's wrapping)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
@@ -275,6 +318,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     thread.start()
     controller = None
     ended = False
+    restarts: list[str] = []  # worker failures since the last report
     try:
         while True:
             item = ray.get(mailbox.get.remote())
@@ -282,9 +326,16 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
                 ended = True
                 mailbox.ack.remote()
                 break
+            if item[0] == _WORKER_FAILED:
+                restarts.append(item[1])
+                mailbox.ack.remote()
+                continue
             metrics, checkpoint, controller = item
             if checkpoint is not None:  # Tune copies it into the trial's storage before report returns
                 checkpoint = tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem)
+            metrics = worst_for_diverged(metrics, spec.objectives)
+            if restarts:
+                metrics[RESTARTS_KEY], restarts = restarts, []
             tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
             mailbox.ack.remote()
     finally:
@@ -298,6 +349,8 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
                 ray.get(controller.abort.remote(), timeout=30)
     thread.join()
     if failure:
+        if restarts:  # the failures that used up the trial's restarts, with the last error
+            raise RuntimeError(f"worker failures before the last one: {' | '.join(restarts)}") from failure[0]
         raise failure[0]
 
 
@@ -308,15 +361,23 @@ class _TuneBridge(LocalTrainFnUtils):
     Tune trial needs each one (the scheduler decides on it, the checkpoint is persisted).
     """
 
-    def __init__(self, *, session: Any, experiment_name: str, initial_checkpoint: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        session: Any,
+        experiment_name: str,
+        initial_checkpoint: Any = None,
+        objectives: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(experiment_name=experiment_name)
         self._session = session
         self._initial_checkpoint = initial_checkpoint
+        self._objectives = objectives
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
         # The Tune session persists the checkpoint into the trial's storage before it returns,
         # so the train loop may delete its temporary folder right after, as with Train.
-        self._session.report(dict(metrics), checkpoint=checkpoint)
+        self._session.report(worst_for_diverged(dict(metrics), self._objectives), checkpoint=checkpoint)
         self._last_metrics = metrics  # type: ignore[assignment]  # Ray annotates it as None
 
     def get_checkpoint(self) -> Any:
@@ -334,7 +395,9 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     initial = None
     if session.loaded_checkpoint is None and spec.initial_checkpoint is not None:
         initial = ray.train.Checkpoint.from_directory(spec.initial_checkpoint)
-    set_train_fn_utils(_TuneBridge(session=session, experiment_name=name, initial_checkpoint=initial))
+    set_train_fn_utils(
+        _TuneBridge(session=session, experiment_name=name, initial_checkpoint=initial, objectives=spec.objectives)
+    )
     # ray.train.report/get_context/get_checkpoint refuse to run in a Tune function (Ray
     # checks that the session has no world rank) to steer users to ray.tune.*; the train
     # loop is written for Ray Train, so while it runs the session has rank 0, as on a

@@ -43,7 +43,9 @@ from tunetrain.resources import check_fit, describe_resources, max_concurrent_tr
 from tunetrain.seeding import derive_seed, draw_root_seed
 from tunetrain.tracking import SweepRecorder
 from tunetrain.trial import (
+    DIVERGED_KEY,
     DRIVER_RESOURCES,
+    RESTARTS_KEY,
     TrialNamer,
     TrialSpec,
     run_trial,
@@ -422,7 +424,18 @@ class SweepCallback(tune.Callback):
         if record is None:
             return
         step = int(result.get("training_iteration", record.iterations + 1))
+        restarts = result.get(RESTARTS_KEY)
+        if restarts:  # Train restarted the workers from the latest checkpoint before this report
+            self._restarted(record, list(restarts))
+        if step <= record.iterations and not self.population_based:
+            # A trial restored from a checkpoint older than its last report (a retry, a resumed
+            # sweep, a HyperBand resume) reruns those steps: each step is recorded once, the
+            # first time. (A PBT exploit continues from the donor's step, see docs/schedulers.md.)
+            return
         metrics = user_metrics(result)
+        # A diverged objective reached the scheduler and searcher as its worst value; the
+        # record keeps what the train loop reported.
+        metrics.update(result.get(DIVERGED_KEY) or {})
         record.iterations = step
         record.last = metrics
         if self.plan.experiment.primary_metric in metrics:
@@ -440,6 +453,25 @@ class SweepCallback(tune.Callback):
                 "ray.train.get_checkpoint() when there is one; see docs/schedulers.md.",
             )
         self.view.update(self._trials())
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        # An in-process trial failed and Tune restarts it from its latest checkpoint (same run).
+        record = self.records.get(trial.trial_id)
+        if record is not None:
+            self._restarted(record, [error_headline(_last_failure(_trial_error(trial)))])
+
+    def _restarted(self, record: TrialRecord, reasons: list[str]) -> None:
+        """Record restarts of a trial from its checkpoint: count, last reason, all of them."""
+        record.restarts.extend(reasons)
+        self.recorder.set_tags(
+            record.name,
+            {"tunetrain.restarts": len(record.restarts), "tunetrain.restart_reason": record.restarts[-1]},
+        )
+        self.recorder.log_dict(
+            record.name,
+            "restarts.json",
+            {"restarts": [{"after_step": record.iterations, "reason": r} for r in record.restarts]},
+        )
 
     def _mutable_values(self, config: Mapping[str, Any]) -> dict[str, float]:
         free = set(_space.free_dimensions(self.plan.experiment.space))
@@ -516,9 +548,11 @@ class SweepCallback(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         if self.budget_gate is not None:
             self.budget_gate.ended(trial.trial_id)
-        record = self.records.get(trial.trial_id)
-        if record is not None:
-            self._end(record, "failed", error=_trial_error(trial))
+        if trial.trial_id not in self.records:
+            # It failed before it started (e.g. its actor could not be created): it still gets
+            # a run, with the error, so the failure is visible.
+            self.on_trial_start(iteration, trials, trial)
+        self._end(self.records[trial.trial_id], "failed", error=_trial_error(trial))
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self._record_exploits()
@@ -557,6 +591,12 @@ class SweepCallback(tune.Callback):
         for record in unfinished:
             self._end(record, "interrupted")
         return bool(unfinished)
+
+
+def _last_failure(text: str) -> str:
+    """The last of the "Failure # N" sections Tune appends to a trial's error file."""
+    marker = text.rfind("Failure # ")
+    return text[marker:] if marker >= 0 else text
 
 
 def _trial_error(trial: Any) -> str:
@@ -682,6 +722,10 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             trial_seeds=plan.trial_seeds,
             deterministic=exp.deterministic,
             initial_checkpoint=plan.initial_checkpoint,
+            objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
+            # A multi-worker trial restarts its workers through Ray Train (same Train run);
+            # an in-process trial is restarted by Tune (below).
+            max_failures=0 if exp.in_process else exp.max_failures,
         )
         if exp.in_process:
             # The trial itself trains: it holds the worker's resources, and Tune reuses its
@@ -709,6 +753,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
                 storage_path=plan.storage_path,
                 stop=stopper,
                 callbacks=[callback],
+                failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
                 # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
                 # under PBT all of them: a recipient may restore any donor's at any time.
                 checkpoint_config=tune.CheckpointConfig(
