@@ -5,7 +5,13 @@ store (and a real ``mlflow server`` for the outage)."""
 from __future__ import annotations
 
 import math
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -109,3 +115,139 @@ def test_a_diverged_objective_reaches_scheduler_and_searcher_as_its_worst_value(
     assert math.isnan(reported[DIVERGED_KEY]["loss"]) and reported[DIVERGED_KEY]["acc"] == -math.inf
     # Finite objectives: the metrics unchanged.
     assert worst_for_diverged({"loss": 1.0}, (("loss", "min"),)) == {"loss": 1.0}
+
+
+# Six trials of eight steps, one at a time: each start of a trial's train loop is written
+# down (trial name and the step it starts from), every step is checkpointed.
+RESUMED = """
+import json
+import os
+import pathlib
+import tempfile
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule, get_context
+
+STARTS = pathlib.Path(__file__).parent / "starts"
+
+
+def loop(config):
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            with open(os.path.join(folder, "state.json")) as f:
+                start = json.load(f)["step"]
+    STARTS.mkdir(exist_ok=True)
+    with open(STARTS / get_context().trial_name, "a") as f:
+        f.write(f"{start}\\n")
+    for step in range(start, 8):
+        time.sleep(0.2)  # the work of one step
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"step": step + 1}, f)
+            metrics = {"loss": config["x"] + 1.0 / (step + 1), "step": step + 1}
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+experiment = Experiment(
+    name="resumed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="optuna", num_samples=6, max_concurrent=2, stop=StopRule(max_iterations=8), seed=11,
+)
+"""
+
+
+def journal_entries(path: Path) -> list[dict[str, Any]]:
+    from tunetrain.tracking import Journal
+
+    return Journal.read(path).entries if path.exists() else []
+
+
+def start_sweep_and_wait(workdir: Path, *, ended: int) -> tuple[subprocess.Popen[str], Path]:
+    """Start the RESUMED sweep in its own process; return once its journal records ``ended``
+    ended trials (the sweep goes on meanwhile)."""
+    path = write_experiment(workdir, RESUMED)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", "sweep", str(path), "--name", "s1", "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=workdir,
+    )
+    journal = workdir / "tunetrain_results" / "s1" / "tracking_journal.jsonl"
+    deadline = time.monotonic() + 300
+    while sum(e["op"] == "end_trial" for e in journal_entries(journal)) < ended:
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the sweep did not get that far in 5 minutes"
+        time.sleep(0.1)  # polling the journal the sweep writes
+    return process, journal
+
+
+def check_complete_record(workdir: Path, parent_run_id: str) -> list[Any]:
+    """The resumed sweep's record: the same parent run, six child runs, each finished, with
+    steps 1..8 once per metric."""
+    client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
+    parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
+    assert parents == {parent_run_id}  # the same parent run before and after
+    assert client.get_run(parent_run_id).info.status == "FINISHED"
+    assert len(runs) == 6 and len({r.info.run_name for r in runs}) == 6  # one run per trial
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags["tunetrain.status"] == "completed", run.info
+        for key in ("loss", "step"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            assert sorted(steps) == list(range(1, 9)), (run.info.run_name, key, steps)  # none twice, none lost
+    return runs
+
+
+def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workdir: Path) -> None:
+    ended = random.Random().randint(1, 3)  # kill it at a random point: after 1 to 3 trials ended
+    process, journal = start_sweep_and_wait(workdir, ended=ended)
+    process.kill()  # SIGKILL: no clean-up of any kind
+    process.communicate(timeout=60)
+    before = journal_entries(journal)
+    finished = {e["trial"] for e in before if e["op"] == "end_trial"}
+    assert len(finished) >= ended
+    from tunetrain.tracking import Journal
+
+    parent_run_id = Journal.read(journal).parent_run_id
+    assert parent_run_id is not None
+
+    # A changed experiment file is refused, naming what changed; nothing runs.
+    changed = workdir / "changed.py"
+    changed.write_text(RESUMED.replace("tune.uniform(0, 1)", "tune.uniform(0, 2)"))
+    status, out = run_cli("sweep", str(changed), "--resume", "--name", "s1", "--no-report")
+    assert status == 2 and "changed since it started" in out and "param space.x" in out, out
+
+    status, out = run_cli("resume", "s1")
+    assert status == 0, out
+    runs = check_complete_record(workdir, parent_run_id)
+    # No trial that had ended was run again; the others went on from a checkpoint.
+    starts = {run.info.run_name: (workdir / "starts" / run.info.run_name).read_text().split() for run in runs}
+    for name in finished:
+        assert starts[name] == ["0"], (name, starts[name])
+    assert all(len(s) <= 2 for s in starts.values()), starts
+    # The resume is recorded on the parent run.
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    assert client.get_run(parent_run_id).data.tags["tunetrain.resumes"] == "1"
+    # Resuming a finished sweep says so and does nothing.
+    status, out = run_cli("resume", "s1")
+    assert status == 0 and "already finished" in out
+
+
+def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> None:
+    process, _ = start_sweep_and_wait(workdir, ended=1)
+    process.send_signal(signal.SIGINT)  # Ctrl+C
+    out, _ = process.communicate(timeout=300)
+    assert "interrupted" in out, out
+    client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
+    # Nothing stays RUNNING in MLflow.
+    assert all(r.info.status != "RUNNING" for r in runs)
+    parent_run_id = runs[0].data.tags["mlflow.parentRunId"]
+    assert client.get_run(parent_run_id).info.status == "KILLED"
+    # The summary says how to go on.
+    assert "tunetrain resume s1" in out, out
+    status, out = run_cli("resume", "s1")
+    assert status == 0, out
+    check_complete_record(workdir, parent_run_id)

@@ -77,6 +77,12 @@ def sweep_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--smoke-steps", type=int, default=5, help="iterations of the smoke trial (default 5)")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep --name (default: this experiment's newest under --storage) after a crash or "
+        "Ctrl+C: ended trials stay ended, the others go on from their checkpoints, in the same MLflow runs",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="no HTML sweep report (nor its MLflow artifacts) at the end",
@@ -122,13 +128,30 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         return smoke_command(experiment, args, stream=stream)
     from tunetrain.budget import parse_budget
 
+    name, resumable = args.name, None
+    if args.resume:
+        from tunetrain import resume
+
+        name = name or resume.latest_sweep(args.storage, experiment.name)
+        if name is None:
+            raise ExperimentError(
+                f"--resume: no sweep of experiment {experiment.name!r} under {args.storage!r}.",
+                fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
+            )
+        resumable = resume.load(args.storage, name)
+        if resumable.ended_as:
+            print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=stream)
+            return EXIT_OK
+        if experiment.seed is None:  # the seed drawn when the sweep started
+            experiment = experiment.replace(seed=resumable.root_seed)
     status, _ = execute_sweep(
         experiment,
         budget=parse_budget(args.budget) if args.budget else None,
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         address=args.address,
-        name=args.name,
+        name=name,
+        resume=resumable,
         argv=args.argv,
         dry_run=args.dry_run or args.estimate,
         require_estimate=args.estimate,
@@ -223,8 +246,10 @@ def execute_sweep(
     initial_checkpoint: str | None = None,
     budget: Any = None,
     require_estimate: bool = False,
+    resume: Any = None,
 ) -> tuple[int, Any]:
-    """Plan, run and summarise a sweep; returns (exit status, outcome or None)."""
+    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.resume.Resumable`);
+    returns (exit status, outcome or None)."""
     from tunetrain import _space, tracking, tuner
 
     tracking_uri = tracking_uri or tracking.default_tracking_uri()
@@ -248,6 +273,8 @@ def execute_sweep(
         initial_checkpoint=initial_checkpoint,
         budget=budget,
     )
+    if resume is not None:
+        plan = _resumed_plan(plan, resume)
     if dry_run:
         from tunetrain import estimate
 
@@ -285,6 +312,34 @@ def execute_sweep(
     if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
         return EXIT_OK, outcome
     return EXIT_ALL_FAILED, outcome
+
+
+def _resumed_plan(plan: Any, resume: Any) -> Any:
+    """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
+    import dataclasses
+
+    from tunetrain import resume as resuming
+    from tunetrain import tuner
+
+    plan = dataclasses.replace(plan, sweep_id=resume.sweep_id, resume=True)
+    params, tags = tuner.sweep_tags(plan)
+    changed = resuming.changes(resume, params, tags)
+    if changed:
+        raise ExperimentError(
+            f"Sweep {resume.name} cannot resume: the experiment changed since it started:\n  - "
+            + "\n  - ".join(changed),
+            fix="Resume with the experiment as it was (the sweep's MLflow run holds the file it started with, "
+            "and its command line is its tunetrain.command tag), or start a new sweep with another --name. "
+            "To run more trials, pass a larger --num-samples.",
+        )
+    grows = plan.experiment.num_samples > resume.num_samples
+    if grows and plan.experiment.searcher in ("random", "grid"):
+        raise ExperimentError(
+            f"Sweep {resume.name} used searcher {plan.experiment.searcher!r}, whose trials Ray Tune fixes when the "
+            f"sweep starts; it cannot grow from {resume.num_samples} to {plan.experiment.num_samples} trials.",
+            fix=f"Resume with --num-samples {resume.num_samples} (or leave it out), and start a new sweep for more.",
+        )
+    return plan
 
 
 def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
@@ -539,6 +594,91 @@ def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     return EXIT_OK if identical else EXIT_ALL_FAILED
 
 
+def resume_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "resume",
+        help="continue a sweep that crashed or was interrupted, with the command it started with",
+        description="Continue sweep SWEEP (a folder under --storage) with the command line it started with: "
+        "ended trials stay ended, the others go on from their checkpoints, the searcher from its state, every "
+        "trial in its own MLflow run. Exit 0 when the sweep already finished.",
+    )
+    parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
+    parser.add_argument("--storage", default="tunetrain_results", help="where the sweep ran (its --storage)")
+    parser.add_argument("--num-samples", type=int, help="run more trials than the sweep started with")
+    parser.set_defaults(command=resume_command)
+
+
+def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    import os
+    import shlex
+
+    from tunetrain import resume
+
+    sweep = resume.load(args.storage, args.sweep)
+    header = sweep.journal.header
+    argv = shlex.split(str(header.get("command", "")))[3:]  # after "python -m tunetrain"
+    if not argv or argv[0] != "sweep":
+        raise ExperimentError(
+            f"Sweep {args.sweep!r} did not record the command it started with (its journal's header: {header}).",
+            fix="Resume it with the same command line plus --resume --name " + args.sweep,
+        )
+    argv += ["--resume", "--name", args.sweep, "--storage", args.storage]
+    if args.num_samples is not None:
+        argv += ["--num-samples", str(args.num_samples)]
+    resumed = build_parser().parse_args(argv)
+    resumed.argv = argv
+    cwd = str(header.get("cwd") or "")
+    if cwd and not Path(resumed.file).is_absolute() and not Path(resumed.file).exists():
+        resumed.file = os.path.join(cwd, resumed.file)  # started from another folder
+    if header.get("tracking_uri") and resumed.tracking_uri is None:
+        resumed.tracking_uri = header["tracking_uri"]
+    status: int = sweep_command(resumed, stream=stream)
+    return status
+
+
+def sync_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sync",
+        help="write a sweep's records that its tracking store did not take (it was away) to the store",
+        description="Send what sweep SWEEP's journal holds and its MLflow store does not (after an outage that "
+        "outlasted the sweep), without doubling what is there. Exit 0 when everything is in the store.",
+    )
+    parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
+    parser.add_argument("--storage", default="tunetrain_results", help="where the sweep ran (its --storage)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the store (default 120)")
+    parser.set_defaults(command=sync_command)
+
+
+def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain import resume, tracking
+
+    path = resume.journal_path(args.storage, args.sweep)
+    if not path.exists():
+        raise ExperimentError(
+            f"No tracking journal for sweep {args.sweep!r} at {str(path)!r}.",
+            fix="Pass the sweep's name and the --storage it ran with.",
+        )
+    header = tracking.Journal.read(path).header
+    recorder = tracking.SweepRecorder(
+        tracking_uri=header["tracking_uri"],
+        experiment_name=header["experiment_name"],
+        artifact_location=header.get("artifact_location"),
+        error_stream=stream,
+        journal=path,
+        drain_timeout_s=args.timeout,
+    )
+    count = recorder.send_unsent()
+    recorder.flush()
+    recorder.close()
+    left = recorder.unsent
+    print(
+        f"Sweep {args.sweep}: {count - left} of {count} unsent record(s) written to {header['tracking_uri']}"
+        + (f"; {left} still unsent (is the store up?)" if left else "."),
+        file=stream,
+    )
+    return EXIT_OK if left == 0 else EXIT_ALL_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tunetrain",
@@ -546,7 +686,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     sweep_parser(subparsers)
-    for add in (list_parser, show_parser, best_parser, report_parser, ui_parser, replay_parser):
+    for add in (
+        resume_parser,
+        sync_parser,
+        list_parser,
+        show_parser,
+        best_parser,
+        report_parser,
+        ui_parser,
+        replay_parser,
+    ):
         add(subparsers)
     return parser
 

@@ -6,6 +6,7 @@ import json
 import math
 import time
 from collections import Counter
+from pathlib import Path
 from typing import TextIO
 
 from tunetrain._space import flatten
@@ -103,6 +104,9 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     )
     if outcome.stop_reason:
         lines.append(f"Stopped launching trials: {outcome.stop_reason}.")
+    if outcome.interrupted and outcome.storage_path:
+        storage = str(Path(outcome.storage_path).parent)
+        lines.append(f"Resume it (ended trials stay ended): tunetrain resume {outcome.sweep_name} --storage {storage}")
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:
         shown = ranked[:top_k]
@@ -146,6 +150,11 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         for message, n in errors.most_common():
             lines.append(f"  {n} trial(s): {message[:300]}")
     lines.append("")
+    if outcome.checkpoints_kept:
+        lines.append(
+            f"Checkpoints: {outcome.checkpoints_kept} kept, {outcome.checkpoint_bytes / 2**20:.1f} MiB "
+            f"under {outcome.storage_path}"
+        )
     lines.append(f"MLflow: tracking URI {outcome.tracking_uri}")
     if outcome.experiment_id is not None:
         lines.append(f"  experiment id {outcome.experiment_id}, sweep (parent) run id {outcome.parent_run_id}")

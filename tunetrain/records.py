@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Literal
 
 TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "failed", "interrupted"]
@@ -102,6 +103,9 @@ class SweepOutcome:
     pareto: list[TrialRecord] = dataclasses.field(default_factory=list)
     # Why the sweep launched fewer trials than planned (--budget), else "".
     stop_reason: str = ""
+    # Checkpoints the sweep keeps on disk (local storage): how many, and their bytes.
+    checkpoints_kept: int = 0
+    checkpoint_bytes: int = 0
 
     @property
     def best(self) -> TrialRecord | None:
@@ -110,3 +114,12 @@ class SweepOutcome:
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t.status == status)
+
+
+def checkpoint_usage(sweep_dir: str | Path) -> tuple[int, int]:
+    """(number, total bytes) of the trial checkpoints kept in a sweep's folder on local disk."""
+    root = Path(sweep_dir)
+    # Tune's (trial folders) and any Ray Train left (train/<run>/, multi-worker trials).
+    folders = [p for pattern in ("*/checkpoint_*", "train/*/checkpoint_*") for p in root.glob(pattern) if p.is_dir()]
+    size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
+    return len(folders), size

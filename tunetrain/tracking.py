@@ -17,6 +17,7 @@ rest are counted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -53,6 +54,9 @@ _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
 
 STATUS_TAG = "tunetrain.status"
+SWEEP_ID_TAG = "tunetrain.sweep_id"
+TRIAL_ID_TAG = "tunetrain.trial_id"
+ROLE_TAG = "tunetrain.role"  # "sweep" on a sweep's parent run
 ERROR_TAG = "tunetrain.error"
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -162,12 +166,112 @@ def _trim(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+JOURNAL_NAME = "tracking_journal.jsonl"
+
+
+def _json_default(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else str(value)  # numpy scalars, paths, ...
+
+
+class Journal:
+    """The sweep's tracking records on local disk, one JSON line each, written before they
+    are sent to MLflow: what an outage or a crash left unsent is sent later from here
+    (``tunetrain sync``, ``--resume``).
+
+    Lines: a header (where the records go), entries (``seq``, ``op`` and its arguments),
+    ``{"ack": N}`` once every entry up to N is in the store, and ``{"run": TRIAL, "run_id":
+    ...}`` for each run the store created (TRIAL null for the sweep's parent run).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, line: Mapping[str, Any], *, sync: bool = False) -> None:
+        text = json.dumps(line, default=_json_default, allow_nan=True)
+        with self._lock:
+            self._file.write(text + "\n")
+            self._file.flush()  # in the OS once written: a killed driver loses nothing
+            if sync:  # a machine that goes down loses nothing either
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    @staticmethod
+    def read(path: Path) -> JournalState:
+        """Everything a journal holds (a torn last line, from a crash mid-write, is skipped)."""
+        state = JournalState()
+        with path.open(encoding="utf-8") as f:
+            for text in f:
+                try:
+                    line = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                if "journal" in line:
+                    state.header = line
+                elif "ack" in line:
+                    state.acked = max(state.acked, int(line["ack"]))
+                elif "run_id" in line:
+                    if line["run"] is None:
+                        state.parent_run_id, state.experiment_id = line["run_id"], line.get("experiment_id")
+                    else:
+                        state.run_ids[line["run"]] = line["run_id"]
+                elif "seq" in line:
+                    state.entries.append(line)
+        return state
+
+
+@dataclasses.dataclass
+class JournalState:
+    header: dict[str, Any] = dataclasses.field(default_factory=dict)
+    entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    acked: int = 0
+    parent_run_id: str | None = None
+    experiment_id: str | None = None
+    run_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def unsent(self) -> list[dict[str, Any]]:
+        return [entry for entry in self.entries if entry["seq"] > self.acked]
+
+    @property
+    def last_seq(self) -> int:
+        return self.entries[-1]["seq"] if self.entries else 0
+
+
+# MLflow error codes that say the request itself is wrong: retrying cannot help.
+_PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST"}
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a tracking error is the store being away (retry later) rather than a bad request."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, MlflowException):
+        return exc.error_code not in _PERMANENT_CODES or "failed with exception" in str(exc)
+    if isinstance(exc, OSError | ConnectionError | TimeoutError):
+        return True
+    return type(exc).__name__ in ("OperationalError", "ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout")
+
+
 class SweepRecorder:
     """Records one sweep in MLflow: a parent run and one child run per trial.
 
     Trials are named by the caller (any unique string, e.g. Ray Tune's trial name); this
     class maps them to MLflow run ids. All methods but :meth:`start_sweep` and
     :meth:`close` only enqueue work and return at once.
+
+    With a ``journal`` every record goes to that file first (see :class:`Journal`). When the
+    store is away (a server restarting, a locked database), the background thread keeps the
+    records in order and retries with back-off while the sweep trains on; :meth:`close` waits
+    up to ``drain_timeout_s`` for them, then leaves the rest to ``tunetrain sync``. Records
+    that may have reached the store before a failure are written idempotently when sent
+    again: a run is found by its trial id before one is created, and metric points already
+    in a run are not logged twice.
     """
 
     def __init__(
@@ -177,8 +281,16 @@ class SweepRecorder:
         experiment_name: str,
         artifact_location: str | None = None,
         error_stream: TextIO | None = None,
+        journal: str | Path | None = None,
+        drain_timeout_s: float = 120.0,
+        header: Mapping[str, Any] | None = None,
     ) -> None:
         _quiet_mlflow_logging()
+        if tracking_uri.startswith(("http://", "https://")):
+            # The recorder retries itself, with back-off, without holding up the sweep;
+            # MLflow's own retries (7, up to minutes) would only delay noticing an outage.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self._artifact_location = artifact_location
@@ -189,30 +301,81 @@ class SweepRecorder:
         self._run_ids: dict[str, str] = {}
         self._pending_metrics: dict[str, list[Metric]] = {}
         self._pending_since: float | None = None  # time.monotonic() of the oldest pending point
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.error_count = 0
         self.first_error: str | None = None
+        self.drain_timeout_s = drain_timeout_s
+        self._closing = threading.Event()
+        self._give_up = threading.Event()
+        self._outage_since: float | None = None
+        self.outages = 0
+        self._seq = 0
+        self._applied = 0  # every entry up to this one is in the store
+        self._acked = 0
+        self._kept = False  # a write was given up: later ones stay unacknowledged too
+        self._doubtful = False  # a write is being retried: it may have gone through before
+        self._replay_until = 0  # entries up to this one are sent again (resume, sync)
+        self._pending_first = 0  # the first entry whose points are pending
+        self._journal: Journal | None = None
+        if journal is not None:
+            path = Path(journal)
+            state = Journal.read(path) if path.exists() else JournalState()
+            self._journal = Journal(path)
+            if not state.header:
+                self._journal.write(
+                    {
+                        "journal": 1,
+                        "tracking_uri": tracking_uri,
+                        "experiment_name": experiment_name,
+                        "artifact_location": artifact_location,
+                        **(header or {}),
+                    },
+                    sync=True,
+                )
+            self._applied = self._acked = state.acked
+            self._seq = max(state.last_seq, state.acked)
+            self.parent_run_id, self.experiment_id = state.parent_run_id, state.experiment_id
+            self._run_ids.update(state.run_ids)
         self._thread = threading.Thread(target=self._work, name="tunetrain-mlflow", daemon=True)
         self._thread.start()
+
+    @property
+    def journal_path(self) -> Path | None:
+        return self._journal.path if self._journal is not None else None
 
     # -- the background thread -------------------------------------------------------
 
     def _work(self) -> None:
         while True:
             try:
-                task = self._queue.get(timeout=self._flush_timeout())
+                entry = self._queue.get(timeout=self._flush_timeout())
             except queue.Empty:  # the oldest pending point has waited long enough
                 self._guarded(self._flush_metrics)
+                self._ack()
                 continue
             try:
-                if task is None:
+                if entry is None:
                     self._guarded(self._flush_metrics)
+                    self._ack()
                     return
-                self._guarded(task)
-                if self._flush_timeout() == 0.0:
-                    self._guarded(self._flush_metrics)
+                if entry["op"] == "flush":
+                    done = self._guarded(self._flush_metrics)
+                else:
+                    done = self._guarded(functools.partial(self._apply, entry))
+                    if self._flush_timeout() == 0.0:
+                        done = self._guarded(self._flush_metrics) and done
+                self._kept = self._kept or not done
+                if entry.get("seq") and not self._kept:
+                    self._applied = max(self._applied, entry["seq"])
+                self._ack()
             finally:
                 self._queue.task_done()
+
+    def _ack(self) -> None:
+        """Note in the journal that every entry so far is in the store (none pending)."""
+        if self._journal is not None and not self._pending_metrics and self._applied > self._acked:
+            self._acked = self._applied
+            self._journal.write({"ack": self._acked})
 
     def _flush_timeout(self) -> float | None:
         """Seconds until pending metric points must go out (None: nothing pending)."""
@@ -220,29 +383,78 @@ class SweepRecorder:
             return None
         return max(0.0, self._pending_since + METRIC_FLUSH_INTERVAL_S - time.monotonic())
 
-    def _guarded(self, task: Callable[[], None]) -> None:
-        try:
-            task()
-        except Exception as exc:
-            self._report_error(exc)
+    def _guarded(self, task: Callable[[], None]) -> bool:
+        """Run ``task``; while the store is away, again with back-off, in order (the queue
+        waits), until it answers or :meth:`close` gives up. False when it was given up (the
+        journal keeps it); True when it was written or can never be (a bad request)."""
+        delay = 0.5
+        while True:
+            try:
+                task()
+            except Exception as exc:
+                if not _transient(exc):
+                    self._report_error(exc)
+                    return True
+                if self._give_up.is_set():
+                    self._report_error(exc)
+                    return False
+                if self._outage_since is None:
+                    self._outage_since = time.monotonic()
+                    self.outages += 1
+                    self._say(
+                        f"tunetrain: the MLflow store at {self.tracking_uri} is unreachable "
+                        f"({_trim(f'{type(exc).__name__}: {exc}', 300)}).\n"
+                        "  Training goes on; records are kept"
+                        + (f" in {self.journal_path}" if self.journal_path else "")
+                        + " and written when it is back."
+                    )
+                # Back-off while the store is away: this thread only writes records, and
+                # Ray Tune's event loop never waits on it.
+                self._give_up.wait(delay)
+                delay = min(delay * 2, 5.0)
+                self._doubtful = True  # what may have gone through is not written twice
+                continue
+            self._doubtful = False
+            if self._outage_since is not None:
+                self._say(
+                    f"tunetrain: the MLflow store is back after {time.monotonic() - self._outage_since:.0f} s; "
+                    "the records kept meanwhile are being written."
+                )
+                self._outage_since = None
+            return True
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._errors, flush=True)
 
     def _report_error(self, exc: BaseException) -> None:
         self.error_count += 1
         if self.first_error is None:
             self.first_error = f"{type(exc).__name__}: {exc}"
-            print(
+            self._say(
                 f"tunetrain: MLflow tracking error at {self.tracking_uri}: {_trim(self.first_error, 500)}\n"
-                "  Training goes on; further tracking errors are counted and reported at the end.",
-                file=self._errors,
-                flush=True,
+                "  Training goes on; further tracking errors are counted and reported at the end."
             )
 
     def _flush_metrics(self) -> None:
-        pending, self._pending_metrics = self._pending_metrics, {}
-        self._pending_since = None
-        for run_id, metrics in pending.items():
+        if not self._pending_metrics:
+            self._pending_since = None
+            return
+        if self._doubtful or self._pending_first <= self._replay_until:
+            # Sent again (after an outage or a crash): leave out points already in the store.
+            for run_id in list(self._pending_metrics):
+                present = self._points(run_id, {m.key for m in self._pending_metrics[run_id]})
+                self._pending_metrics[run_id] = [
+                    m for m in self._pending_metrics[run_id] if (m.key, m.step) not in present
+                ]
+        for run_id in list(self._pending_metrics):
+            metrics = self._pending_metrics[run_id]
             for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
                 self._client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS_PER_BATCH])
+            del self._pending_metrics[run_id]  # gone out: a failure after this does not resend them
+        self._pending_since = None
+
+    def _points(self, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
+        return {(key, m.step) for key in keys for m in self._client.get_metric_history(run_id, key)}
 
     def _log_params_and_tags(self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> None:
         param_list = [Param(key, _trim(str(value), _MAX_PARAM_LENGTH)) for key, value in params.items()]
@@ -252,47 +464,208 @@ class SweepRecorder:
         for start in range(0, len(tag_list), _MAX_TAGS_PER_BATCH):
             self._client.log_batch(run_id, tags=tag_list[start : start + _MAX_TAGS_PER_BATCH])
 
-    def _submit(self, task: Callable[[], None]) -> None:
-        self._queue.put(task)
+    def _emit(self, op: str, **args: Any) -> None:
+        """Journal one record (in order) and queue it for the store."""
+        self._seq += 1
+        entry = {"seq": self._seq, "op": op, **args}
+        if self._journal is not None:
+            self._journal.write(entry, sync=op in ("end_trial", "end_sweep"))
+        self._queue.put(entry)
 
-    def _run_id(self, trial: str) -> str | None:
-        return self._run_ids.get(trial)
+    def _target(self, trial: str | None) -> str | None:
+        """The run id of a trial (None: of the sweep's parent run)."""
+        return self.parent_run_id if trial is None else self._run_ids.get(trial)
+
+    def _apply(self, entry: dict[str, Any]) -> None:
+        if entry["op"] == "metrics" and not self._pending_metrics:
+            self._pending_first = entry["seq"]
+        getattr(self, f"_op_{entry['op']}")(entry)
+
+    # -- what each journal entry does in the store -------------------------------------
+
+    def _op_start_sweep(self, entry: dict[str, Any]) -> None:
+        if self.parent_run_id is None:
+            experiment = self._client.get_experiment_by_name(self.experiment_name)
+            if experiment is None:
+                self.experiment_id = self._client.create_experiment(
+                    self.experiment_name, artifact_location=self._artifact_location
+                )
+            else:
+                self.experiment_id = experiment.experiment_id
+            found = self._find_run(f"tags.`{SWEEP_ID_TAG}` = '{entry['sweep_id']}' and tags.`{ROLE_TAG}` = 'sweep'")
+            run_id = (
+                found
+                or self._client.create_run(
+                    self.experiment_id,
+                    run_name=entry["run_name"],
+                    tags={SWEEP_ID_TAG: entry["sweep_id"], ROLE_TAG: "sweep"},
+                ).info.run_id
+            )
+            self.parent_run_id = run_id
+            if self._journal is not None:
+                self._journal.write({"run": None, "run_id": run_id, "experiment_id": self.experiment_id}, sync=True)
+        self._log_params_and_tags(self.parent_run_id, entry["params"], entry["tags"])
+
+    def _op_resume_sweep(self, entry: dict[str, Any]) -> None:
+        if self.parent_run_id is not None:
+            self._client.update_run(self.parent_run_id, status="RUNNING")
+            self._log_params_and_tags(self.parent_run_id, {}, entry["tags"])
+
+    def _find_run(self, filter_string: str) -> str | None:
+        if self.experiment_id is None:
+            return None
+        runs = self._client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    def _op_start_trial(self, entry: dict[str, Any]) -> None:
+        trial, parent = entry["trial"], self.parent_run_id
+        if parent is None or self.experiment_id is None or trial in self._run_ids:
+            return
+        trial_key = entry["tags"].get(TRIAL_ID_TAG, trial)
+        found = None
+        if self._doubtful or entry["seq"] <= self._replay_until:  # it may exist already
+            found = self._find_run(f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{TRIAL_ID_TAG}` = '{trial_key}'")
+        run_id = (
+            found
+            or self._client.create_run(
+                self.experiment_id,
+                start_time=int(entry["start_time"] * 1000),
+                run_name=trial,
+                tags={PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key},
+            ).info.run_id
+        )
+        self._run_ids[trial] = run_id
+        if self._journal is not None:
+            self._journal.write({"run": trial, "run_id": run_id})
+        self._log_params_and_tags(run_id, entry["params"], entry["tags"])
+
+    def _op_reopen_trial(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.update_run(run_id, status="RUNNING")
+            self._log_params_and_tags(run_id, {}, {STATUS_TAG: "running"})
+
+    def _op_metrics(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is None:
+            return
+        ts = int(entry["timestamp"] * 1000)
+        pending = self._pending_metrics.setdefault(run_id, [])
+        pending.extend(Metric(key, float(value), ts, entry["step"]) for key, value in entry["metrics"].items())
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
+        if len(pending) >= _MAX_METRICS_PER_BATCH:  # a full batch goes out at once
+            self._flush_metrics()
+
+    def _op_tags(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._log_params_and_tags(run_id, {}, entry["tags"])
+
+    def _op_dict(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.log_dict(run_id, entry["content"], entry["name"])
+
+    def _op_text(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.log_text(run_id, entry["text"], entry["name"])
+
+    def _op_artifact(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None and Path(entry["path"]).exists():
+            self._client.log_artifact(run_id, entry["path"])
+
+    def _op_end_trial(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is None:
+            return
+        self._flush_metrics()
+        all_tags = {STATUS_TAG: entry["status"], **entry["tags"]}
+        if entry.get("error"):
+            all_tags[ERROR_TAG] = _trim(entry.get("error_headline") or entry["error"], 500)
+            self._client.log_text(run_id, entry["error"], "error.txt")
+        for name, content in (entry.get("artifacts") or {}).items():
+            self._client.log_dict(run_id, content, name)
+        self._log_params_and_tags(run_id, {}, all_tags)
+        self._client.set_terminated(
+            run_id, status=_RUN_STATUS.get(entry["status"], "FINISHED"), end_time=int(entry["end_time"] * 1000)
+        )
+
+    def _op_end_sweep(self, entry: dict[str, Any]) -> None:
+        parent = self.parent_run_id
+        if parent is None:
+            return
+        all_tags = dict(entry["tags"])
+        best_trial, best_config = entry.get("best_trial"), entry.get("best_config")
+        if best_trial is not None and best_trial in self._run_ids:
+            all_tags["tunetrain.best_run_id"] = self._run_ids[best_trial]
+            all_tags["tunetrain.best_trial"] = best_trial
+        if best_config is not None:
+            all_tags["tunetrain.best_config"] = json.dumps(best_config, default=str)
+            self._client.log_dict(parent, dict(best_config), "best_config.json")
+        now = int(entry["time"] * 1000)
+        # The best value is one point at step 0: once, however often the sweep was resumed.
+        present = self._points(parent, set(entry["best_metrics"]))
+        metrics = [Metric(k, float(v), now, 0) for k, v in entry["best_metrics"].items() if (k, 0) not in present]
+        if metrics:
+            self._client.log_batch(parent, metrics=metrics)
+        self._log_params_and_tags(parent, {}, all_tags)
+        self._client.set_terminated(parent, status=entry["status"])
 
     # -- the sweep -------------------------------------------------------------------
 
-    def start_sweep(self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> str | None:
-        """Create the sweep's parent run (synchronously); returns its run id, None on a tracking error."""
-        done = threading.Event()
-
-        def task() -> None:
-            try:
-                experiment = self._client.get_experiment_by_name(self.experiment_name)
-                if experiment is None:
-                    self.experiment_id = self._client.create_experiment(
-                        self.experiment_name, artifact_location=self._artifact_location
-                    )
-                else:
-                    self.experiment_id = experiment.experiment_id
-                run = self._client.create_run(self.experiment_id, run_name=run_name, tags={})
-                self.parent_run_id = run.info.run_id
-                self._log_params_and_tags(self.parent_run_id, params, tags)
-            finally:
-                done.set()
-
-        self._submit(task)
-        done.wait()
+    def start_sweep(
+        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
+    ) -> str | None:
+        """Create the sweep's parent run; returns its run id once created, None if the store
+        did not answer within ``drain_timeout_s`` (the run is created when it does)."""
+        self._emit(
+            "start_sweep", run_name=run_name, params=dict(params), tags=dict(tags), sweep_id=sweep_id or run_name
+        )
+        self._wait(self.drain_timeout_s)
         return self.parent_run_id
 
+    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None:
+        """Re-open a journaled sweep: first send what it left unsent (idempotently), then mark
+        its parent run running again; returns the parent's run id."""
+        self.send_unsent()
+        self._emit("resume_sweep", tags=dict(tags))
+        self._wait(self.drain_timeout_s)
+        return self.parent_run_id
+
+    def send_unsent(self) -> int:
+        """Queue what the journal holds but the store may not (``tunetrain sync``, a resumed
+        sweep); it is written idempotently. Returns how many records that is."""
+        if self._journal is None:
+            raise ValueError("sending unsent records needs the sweep's journal")
+        state = Journal.read(self._journal.path)
+        self._replay_until = state.last_seq
+        for entry in state.unsent:
+            self._queue.put(entry)
+        return len(state.unsent)
+
+    def _wait(self, timeout: float) -> bool:
+        """Wait until everything queued is written (True) or ``timeout`` s pass (False)."""
+        done = threading.Event()
+
+        def joined() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=joined, daemon=True).start()
+        return done.wait(timeout)
+
     def log_sweep_artifact(self, local_path: str) -> None:
-        if self.parent_run_id is not None:
-            run_id = self.parent_run_id
-            self._submit(lambda: self._client.log_artifact(run_id, local_path))
+        self._emit("artifact", trial=None, path=str(local_path))
 
     def log_sweep_text(self, text: str, name: str) -> None:
         """Write ``text`` as the artifact ``name`` of the sweep's parent run."""
-        if self.parent_run_id is not None:
-            run_id = self.parent_run_id
-            self._submit(lambda: self._client.log_text(run_id, text, name))
+        self._emit("text", trial=None, text=text, name=name)
+
+    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None:
+        self._emit("tags", trial=None, tags=dict(tags))
 
     def end_sweep(
         self,
@@ -304,26 +677,15 @@ class SweepRecorder:
         best_config: Mapping[str, Any] | None,
     ) -> None:
         """Close the parent run with the best trial's metric, config and run id."""
-        parent = self.parent_run_id
-        if parent is None:
-            return
-
-        def task() -> None:
-            all_tags = dict(tags)
-            if best_trial is not None and best_trial in self._run_ids:
-                all_tags["tunetrain.best_run_id"] = self._run_ids[best_trial]
-                all_tags["tunetrain.best_trial"] = best_trial
-            if best_config is not None:
-                all_tags["tunetrain.best_config"] = json.dumps(best_config, default=str)
-                self._client.log_dict(parent, dict(best_config), "best_config.json")
-            now = int(time.time() * 1000)
-            metrics = [Metric(key, float(value), now, 0) for key, value in best_metrics.items()]
-            if metrics:
-                self._client.log_batch(parent, metrics=metrics)
-            self._log_params_and_tags(parent, {}, all_tags)
-            self._client.set_terminated(parent, status=status)
-
-        self._submit(task)
+        self._emit(
+            "end_sweep",
+            status=status,
+            best_metrics=dict(best_metrics),
+            tags=dict(tags),
+            best_trial=best_trial,
+            best_config=dict(best_config) if best_config is not None else None,
+            time=time.time(),
+        )
 
     # -- trials ----------------------------------------------------------------------
 
@@ -336,47 +698,18 @@ class SweepRecorder:
         start_time: float,
     ) -> None:
         """Open the trial's child run (params: the resolved config, flattened, plus its seed)."""
-        parent = self.parent_run_id
-        experiment_id = self.experiment_id
-        if parent is None or experiment_id is None:
-            return
+        self._emit("start_trial", trial=trial, params=dict(params), tags=dict(tags), start_time=start_time)
 
-        def task() -> None:
-            run = self._client.create_run(
-                experiment_id,
-                start_time=int(start_time * 1000),
-                run_name=trial,
-                tags={PARENT_TAG: parent, STATUS_TAG: "running"},
-            )
-            self._run_ids[trial] = run.info.run_id
-            self._log_params_and_tags(run.info.run_id, params, tags)
-
-        self._submit(task)
+    def reopen_trial(self, trial: str) -> None:
+        """Mark an interrupted trial's run running again (its sweep was resumed)."""
+        self._emit("reopen_trial", trial=trial)
 
     def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None:
         """Queue one report's metrics; they go out with other queued points in one log_batch."""
-        ts = int(timestamp * 1000)
-        points = [Metric(key, float(value), ts, step) for key, value in metrics.items()]
-
-        def task() -> None:
-            run_id = self._run_id(trial)
-            if run_id is not None:
-                pending = self._pending_metrics.setdefault(run_id, [])
-                pending.extend(points)
-                if self._pending_since is None:
-                    self._pending_since = time.monotonic()
-                if len(pending) >= _MAX_METRICS_PER_BATCH:  # a full batch goes out at once
-                    self._flush_metrics()
-
-        self._submit(task)
+        self._emit("metrics", trial=trial, step=step, metrics=dict(metrics), timestamp=timestamp)
 
     def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None:
-        def task() -> None:
-            run_id = self._run_id(trial)
-            if run_id is not None:
-                self._log_params_and_tags(run_id, {}, tags)
-
-        self._submit(task)
+        self._emit("tags", trial=trial, tags=dict(tags))
 
     def end_trial(
         self,
@@ -391,47 +724,47 @@ class SweepRecorder:
     ) -> None:
         """Close the trial's run with its tunetrain status; a failed trial's full error goes to
         ``error.txt`` and its headline (the exception line) to the ``tunetrain.error`` tag."""
-
-        def task() -> None:
-            run_id = self._run_id(trial)
-            if run_id is None:
-                return
-            self._flush_metrics()
-            all_tags = {STATUS_TAG: status, **tags}
-            if error:
-                all_tags[ERROR_TAG] = _trim(error_headline or error, 500)
-                self._client.log_text(run_id, error, "error.txt")
-            for name, content in (artifacts or {}).items():
-                self._client.log_dict(run_id, content, name)
-            self._log_params_and_tags(run_id, {}, all_tags)
-            self._client.set_terminated(
-                run_id, status=_RUN_STATUS.get(status, "FINISHED"), end_time=int(end_time * 1000)
-            )
-
-        self._submit(task)
+        self._emit(
+            "end_trial",
+            trial=trial,
+            status=status,
+            end_time=end_time,
+            tags=dict(tags),
+            error=error,
+            error_headline=error_headline,
+            artifacts=dict(artifacts or {}),
+        )
 
     def log_dict(self, trial: str, name: str, content: Any) -> None:
         """Write ``content`` as the JSON artifact ``name`` of the trial's run (replacing it)."""
-
-        def task() -> None:
-            run_id = self._run_id(trial)
-            if run_id is not None:
-                self._client.log_dict(run_id, content, name)
-
-        self._submit(task)
+        self._emit("dict", trial=trial, name=name, content=content)
 
     def run_id(self, trial: str) -> str | None:
         """The trial's MLflow run id (after :meth:`flush`)."""
         return self._run_ids.get(trial)
 
-    def flush(self) -> None:
-        """Wait until everything queued so far is written."""
-        self._submit(self._flush_metrics)
-        self._queue.join()
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far is written, at most ``timeout`` s (default
+        ``drain_timeout_s``: the store may be away); True if it was."""
+        self._queue.put({"op": "flush"})
+        return self._wait(self.drain_timeout_s if timeout is None else timeout)
+
+    @property
+    def unsent(self) -> int:
+        """Records not yet in the store."""
+        return self._seq - self._applied
 
     def close(self) -> None:
+        """Write what is queued (waiting at most ``drain_timeout_s`` while the store is away),
+        then stop; what is still unsent stays in the journal for ``tunetrain sync``."""
+        self._closing.set()
+        drained = self._wait(self.drain_timeout_s)
+        if not drained:
+            self._give_up.set()
         self._queue.put(None)
-        self._thread.join()
+        self._thread.join(timeout=None if drained else 30)
+        if self._journal is not None:
+            self._journal.close()
 
 
 # -- reading sweeps back -------------------------------------------------------------------

@@ -25,6 +25,7 @@ import dataclasses
 import math
 import os
 import re
+import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -112,6 +113,9 @@ class TrialSpec:
     initial_checkpoint: str | None = None
     # (metric, mode) of each objective: a non-finite value is reported as the worst one.
     objectives: tuple[tuple[str, str], ...] = ()
+    # Resuming: trials the sweep recorded as ended, which Tune's last saved state (written
+    # a moment before) still had running; they end at once instead of running again.
+    finished: frozenset[str] = frozenset()
 
     def start_checkpoint(self) -> Any:
         restored = tune.get_checkpoint()
@@ -275,9 +279,12 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     run whose workers get the restored checkpoint from ``ray.train.get_checkpoint()``.
     """
     name = tune.get_context().get_trial_name()
+    if name in spec.finished:
+        return
     index = trial_index(name)
     seed = spec.trial_seed(index)
     mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
+    run_name = f"{name}-{uuid.uuid4().hex[:8]}"
     trainer = TorchTrainer(
         _worker_main(
             spec.train_loop,
@@ -295,7 +302,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             placement_strategy=spec.placement_strategy,
         ),
         run_config=RunConfig(
-            name=f"{name}-{uuid.uuid4().hex[:8]}",
+            name=run_name,
             storage_path=spec.storage_path,
             callbacks=[_ReportToTrial(mailbox)],  # type: ignore[list-item]  # a Train V2 UserCallback
             # Tune keeps the trial's checkpoints by the experiment's policy; Train keeps its
@@ -348,6 +355,10 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             with contextlib.suppress(Exception):  # best effort: this process is going away anyway
                 ray.get(controller.abort.remote(), timeout=30)
     thread.join()
+    if "://" not in spec.storage_path:
+        # Tune holds copies of every checkpoint it kept; Train's own (its latest, for
+        # restarting workers) is not needed once its run has ended.
+        shutil.rmtree(os.path.join(spec.storage_path, run_name), ignore_errors=True)
     if failure:
         if restarts:  # the failures that used up the trial's restarts, with the last error
             raise RuntimeError(f"worker failures before the last one: {' | '.join(restarts)}") from failure[0]
@@ -389,6 +400,8 @@ class _TuneBridge(LocalTrainFnUtils):
 def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function of a single-worker trial: run the train loop right here."""
     name = tune.get_context().get_trial_name()
+    if name in spec.finished:
+        return
     index = trial_index(name)
     session = get_session()
     assert session is not None, "run_trial_in_process runs inside a Ray Tune trial"

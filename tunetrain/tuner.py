@@ -25,6 +25,7 @@ import ray
 from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
+from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 from tunetrain import _space, provenance
 from tunetrain.algorithms import (
@@ -38,10 +39,10 @@ from tunetrain.budget import Budget, BudgetGate
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
-from tunetrain.records import ENDED, SweepOutcome, TrialRecord, error_headline, pareto_front
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, error_headline, pareto_front
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import derive_seed, draw_root_seed
-from tunetrain.tracking import SweepRecorder
+from tunetrain.tracking import JOURNAL_NAME, Journal, SweepRecorder
 from tunetrain.trial import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
@@ -91,6 +92,20 @@ class SweepPlan:
     # A smoke run's round trip: every trial starts from this checkpoint folder.
     initial_checkpoint: str | None = None
     budget: Budget | None = None  # --budget: stop launching trials that would overrun it
+    resume: bool = False  # continue the sweep of this name from its Tune state and journal
+
+    @property
+    def sweep_dir(self) -> str:
+        """Where Tune keeps the sweep's state and trials (and tunetrain its journal)."""
+        return f"{self.storage_path}/{self.sweep_name}"
+
+    @property
+    def journal_path(self) -> Path:
+        """The sweep's tracking journal: in the sweep folder on local storage, else under
+        ./tunetrain_journals (the driver writes it, so it needs a local disk)."""
+        if "://" in self.storage_path:
+            return Path("tunetrain_journals") / self.sweep_name / JOURNAL_NAME
+        return Path(self.sweep_dir) / JOURNAL_NAME
 
     @property
     def param_space(self) -> dict[str, Any]:
@@ -135,6 +150,11 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Tune's newer console output prints a banner even at verbose=0; the classic one is silent.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune saves the sweep's state (trials, searcher) at most every 10 s by default; a driver
+    # killed in between resumes from an older state. tunetrain saves it at every step of
+    # Tune's event loop (a few ms for a hundred trials), so that a resumed sweep knows every
+    # trial that was started.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
     if not ray.is_initialized():
         ray.init(
@@ -352,6 +372,7 @@ class SweepCallback(tune.Callback):
         scheduler: Any,
         provenance: Mapping[str, Any] | None = None,
         budget_gate: BudgetGate | None = None,
+        records: Mapping[str, TrialRecord] | None = None,
     ) -> None:
         self.plan = plan
         self.budget_gate = budget_gate
@@ -367,7 +388,8 @@ class SweepCallback(tune.Callback):
         self.population_based = plan.experiment.scheduler in ("pbt", "pb2")
         self._results: Counter[str] = Counter()
         self._checkpointed: set[str] = set()
-        self.records: dict[str, TrialRecord] = {}
+        # Trials by Tune trial id; a resumed sweep starts with what its journal recorded.
+        self.records: dict[str, TrialRecord] = dict(records or {})
         exp = plan.experiment
         self.score_attribute = exp.checkpoint.score_attribute or exp.primary_metric
         self.score_order = exp.checkpoint.score_order or exp.primary_mode
@@ -380,8 +402,14 @@ class SweepCallback(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._record_exploits()
         record = self.records.get(trial.trial_id)
-        if record is not None:  # resumed (HyperBand) or restarted from a donor (PBT): same run
-            record.config = dict(trial.config)
+        if record is not None:  # resumed (HyperBand, a resumed sweep) or restarted from a donor (PBT): same run
+            if record.status == "interrupted":  # Ctrl+C or a crash ended it; the resumed sweep goes on with it
+                record.status, record.end_time = "running", None
+                self.recorder.reopen_trial(record.name)
+                if self.budget_gate is not None:
+                    self.budget_gate.started(trial.trial_id)
+            if record.status not in ENDED:
+                record.config = dict(trial.config)
             return
         name = str(trial)
         index = trial_index(name)
@@ -609,6 +637,53 @@ def _trial_error(trial: Any) -> str:
     return "the trial failed without an error message (see the Ray logs)"
 
 
+def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) -> dict[str, TrialRecord]:
+    """The trials a sweep's journal recorded, as the sweep's callback had them (by Tune trial
+    id): config, seed, steps, best value, checkpoints, restarts, status. What the journal
+    holds is what the callback saw, so a resumed sweep goes on from exactly there."""
+    from tunetrain.analysis import nested_config
+
+    records: dict[str, TrialRecord] = {}
+    by_name: dict[str, TrialRecord] = {}
+    score = experiment.checkpoint.score_attribute or experiment.primary_metric
+    for entry in entries:
+        op, name = entry["op"], str(entry.get("trial"))
+        if op == "start_trial":
+            tags = entry["tags"]
+            record = TrialRecord(
+                name=name,
+                index=int(tags["tunetrain.trial_index"]),
+                trial_id=str(tags["tunetrain.trial_id"]),
+                # The journal keeps the values themselves; nested_config reads them as literals.
+                config=nested_config({k: repr(v) for k, v in entry["params"].items()}),
+                seed=int(tags["tunetrain.seed"]),
+                start_time=float(entry["start_time"]),
+            )
+            records[record.trial_id] = by_name[name] = record
+            continue
+        found = by_name.get(name)
+        if found is None:  # a record of the sweep's parent run
+            continue
+        record = found
+        if op == "metrics" and entry["step"] > 0:
+            record.iterations = max(record.iterations, int(entry["step"]))
+            record.last = {k: float(v) for k, v in entry["metrics"].items()}
+            if experiment.primary_metric in record.last:
+                record.observe(experiment.primary_mode, record.last[experiment.primary_metric])
+        elif op == "tags":
+            tags = entry["tags"]
+            if "tunetrain.checkpoint.latest" in tags:
+                path = tags["tunetrain.checkpoint.latest"]
+                record.checkpoints.append({"step": record.iterations, "path": path, "score": record.last.get(score)})
+            if "tunetrain.restart_reason" in tags:
+                record.restarts.append(str(tags["tunetrain.restart_reason"]))
+        elif op == "reopen_trial":
+            record.status, record.end_time, record.error = "running", None, None
+        elif op == "end_trial":
+            record.status, record.end_time, record.error = entry["status"], entry["end_time"], entry.get("error")
+    return records
+
+
 def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
     exp = plan.experiment
@@ -670,19 +745,36 @@ def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
 def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome:
     """Run the planned sweep to the end (or to Ctrl+C) and record it; Ray must be connected."""
     exp = plan.experiment
+    journaled: dict[str, TrialRecord] = {}
+    resumes = 0
+    if plan.resume:  # the trials as the sweep recorded them before it stopped
+        state = Journal.read(plan.journal_path)
+        journaled = records_from_journal(state.entries, exp)
+        resumes = sum(1 for entry in state.entries if entry["op"] == "resume_sweep") + 1
     recorder = SweepRecorder(
         tracking_uri=plan.tracking_uri,
         experiment_name=exp.name,
         artifact_location=_artifact_location(plan.tracking_uri),
         error_stream=stream,
+        journal=plan.journal_path,
+        header={"sweep_name": plan.sweep_name, "sweep_id": plan.sweep_id, "command": plan.command, "cwd": os.getcwd()},
     )
     params, tags = sweep_tags(plan)
-    parent_run_id = recorder.start_sweep(run_name=plan.sweep_name, params=params, tags=tags)
-    if exp.source_path:
-        recorder.log_sweep_artifact(exp.source_path)
-        diff = provenance.git_diff(exp.source_path) if tags.get("tunetrain.git_dirty") == "true" else ""
-        if diff:  # the uncommitted changes the sweep ran with
-            recorder.log_sweep_text(diff, "git_diff.patch")
+    if plan.resume:
+        parent_run_id = recorder.resume_sweep(
+            tags={
+                "tunetrain.resumes": resumes,
+                f"tunetrain.resume_command.{resumes}": plan.command,
+                "tunetrain.num_samples": exp.num_samples,
+            }
+        )
+    else:
+        parent_run_id = recorder.start_sweep(run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id)
+        if exp.source_path:
+            recorder.log_sweep_artifact(exp.source_path)
+            diff = provenance.git_diff(exp.source_path) if tags.get("tunetrain.git_dirty") == "true" else ""
+            if diff:  # the uncommitted changes the sweep ran with
+                recorder.log_sweep_text(diff, "git_diff.patch")
 
     interrupted = False
     crashed = False
@@ -710,6 +802,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             scheduler=scheduler,
             provenance=trial_provenance(tags),
             budget_gate=gate,
+            records=journaled,
         )
         spec = TrialSpec(
             train_loop=exp.train_loop,
@@ -726,6 +819,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             # A multi-worker trial restarts its workers through Ray Train (same Train run);
             # an in-process trial is restarted by Tune (below).
             max_failures=0 if exp.in_process else exp.max_failures,
+            # Trials that ended before a crash, which Tune's last saved state still had running.
+            finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
         )
         if exp.in_process:
             # The trial itself trains: it holds the worker's resources, and Tune reuses its
@@ -733,37 +828,58 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             trainable = tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
         else:
             trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
-        tuner = tune.Tuner(
-            trainable,
-            param_space=plan.param_space,
-            tune_config=tune.TuneConfig(
-                # metric and mode are the scheduler's and the searcher's own (the searcher may
-                # search on several metrics, the scheduler decides on the first).
-                scheduler=scheduler,
-                search_alg=searcher,
-                num_samples=exp.num_samples,
-                max_concurrent_trials=live_limit if exp.searcher not in ("random", "grid") else None,
-                time_budget_s=exp.stop.time_budget_s,
-                trial_name_creator=TrialNamer(first),
-                trial_dirname_creator=trial_dirname,
-                reuse_actors=exp.in_process,
-            ),
-            run_config=tune.RunConfig(
-                name=plan.sweep_name,
-                storage_path=plan.storage_path,
-                stop=stopper,
-                callbacks=[callback],
-                failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
-                # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
-                # under PBT all of them: a recipient may restore any donor's at any time.
-                checkpoint_config=tune.CheckpointConfig(
-                    num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
-                    checkpoint_score_attribute=callback.score_attribute,
-                    checkpoint_score_order=callback.score_order,
-                ),
-                verbose=0,
-            ),
+        limited = exp.searcher not in ("random", "grid")
+        search_alg: Any = searcher
+        if plan.resume and limited:
+            search_alg = _ResumedSearch(
+                ConcurrencyLimiter(searcher, max_concurrent=live_limit),  # type: ignore[arg-type]  # a Searcher here
+                exp.num_samples,
+            )
+        tune_config = tune.TuneConfig(
+            # metric and mode are the scheduler's and the searcher's own (the searcher may
+            # search on several metrics, the scheduler decides on the first).
+            scheduler=scheduler,
+            search_alg=search_alg,
+            num_samples=exp.num_samples,
+            max_concurrent_trials=live_limit if limited and not plan.resume else None,
+            time_budget_s=exp.stop.time_budget_s,
+            trial_name_creator=TrialNamer(first),
+            trial_dirname_creator=trial_dirname,
+            reuse_actors=exp.in_process,
         )
+        run_config = tune.RunConfig(
+            name=plan.sweep_name,
+            storage_path=plan.storage_path,
+            stop=stopper,
+            callbacks=[callback],
+            failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
+            # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
+            # under PBT all of them: a recipient may restore any donor's at any time.
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
+                checkpoint_score_attribute=callback.score_attribute,
+                checkpoint_score_order=callback.score_order,
+            ),
+            verbose=0,
+        )
+        if plan.resume:
+            # Tune restores the trials, the searcher's state and its counters from the sweep
+            # folder, but the scheduler, stopper and callbacks as it pickled them when the
+            # sweep started; Tuner.restore takes no new ones, so this run's (which hold the
+            # recorder, the live view and the journaled trials) take their place.
+            tuner = tune.Tuner.restore(
+                plan.sweep_dir,
+                trainable,
+                param_space=plan.param_space,
+                resume_unfinished=True,
+                resume_errored=False,
+                restart_errored=False,
+            )
+            restored = tuner._local_tuner
+            assert restored is not None
+            restored._tune_config, restored._run_config = tune_config, run_config
+        else:
+            tuner = tune.Tuner(trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config)
         tuner.fit()
     except KeyboardInterrupt:
         interrupted = True
@@ -797,6 +913,10 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         pareto_tags: dict[str, Any] = {}
         if outcome.stop_reason:
             pareto_tags["tunetrain.stop_reason"] = outcome.stop_reason
+        if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
+            outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
+            pareto_tags["tunetrain.checkpoints_kept"] = outcome.checkpoints_kept
+            pareto_tags["tunetrain.checkpoint_bytes"] = outcome.checkpoint_bytes
         if exp.multi_objective:
             outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
             outcome.pareto = pareto_front(records, outcome.objectives)
@@ -825,12 +945,34 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         recorder.flush()
         outcome.run_ids = {r.name: rid for r in records if (rid := recorder.run_id(r.name))}
         recorder.close()
+        if recorder.unsent:
+            print(
+                f"tunetrain: {recorder.unsent} record(s) did not reach the MLflow store at {plan.tracking_uri}; "
+                f"they are kept in {plan.journal_path}.\n  Write them when it is back: tunetrain sync "
+                f"{plan.sweep_name} --storage {plan.storage_path}",
+                file=stream,
+            )
         if recorder.error_count:
             print(
                 f"tunetrain: {recorder.error_count} MLflow tracking error(s); the first: {recorder.first_error}",
                 file=stream,
             )
     return outcome
+
+
+class _ResumedSearch(SearchGenerator):
+    """Tune's wrapper of a searcher (as ``Tuner`` builds it), whose restored count of trials
+    to run becomes the resumed sweep's ``num_samples``: Tune restores the old one, and a
+    resumed sweep may be told to run more trials."""
+
+    def __init__(self, searcher: Any, num_samples: int) -> None:
+        super().__init__(searcher)
+        self._wanted = num_samples
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if self._total_samples < self._wanted:
+            self._total_samples, self._finished = self._wanted, False
 
 
 def _artifact_location(tracking_uri: str) -> str | None:

@@ -1,0 +1,123 @@
+"""Resuming a sweep: which one, whether it can be, and what changed since it started.
+
+A sweep's folder (``<storage>/<sweep name>``) holds Ray Tune's state and tunetrain's
+tracking journal (:class:`tunetrain.tracking.Journal`); the journal's first record holds
+the sweep's settings as it started, which a resumed sweep must match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tunetrain.errors import ExperimentError
+from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState
+
+# The parent-run tags that define what a sweep searches; a resumed sweep must keep them
+# (num_samples may grow).
+_SETTINGS = (
+    "tunetrain.metric",
+    "tunetrain.mode",
+    "tunetrain.objectives",
+    "tunetrain.scheduler",
+    "tunetrain.searcher",
+    "tunetrain.workers_per_trial",
+    "tunetrain.trial_runner",
+    "tunetrain.root_seed",
+    "tunetrain.deterministic",
+    "tunetrain.experiment_sha256",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumable:
+    """A sweep that stopped before it finished, as its journal recorded it."""
+
+    name: str
+    journal: JournalState
+    params: dict[str, Any]  # the parent run's params and tags at the sweep's start
+    tags: dict[str, Any]
+
+    @property
+    def sweep_id(self) -> str:
+        return str(self.journal.header.get("sweep_id") or self.tags.get("tunetrain.sweep_id"))
+
+    @property
+    def root_seed(self) -> int:
+        return int(self.tags["tunetrain.root_seed"])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.tags["tunetrain.num_samples"])
+
+    @property
+    def ended_as(self) -> str | None:
+        """The parent run's status if the sweep's last run ended it as finished, else None."""
+        status = None
+        for entry in self.journal.entries:
+            if entry["op"] == "end_sweep":
+                status = entry["status"]
+            elif entry["op"] == "resume_sweep":
+                status = None
+        return status if status == "FINISHED" else None
+
+
+def _normal(value: Any) -> str:
+    """A value as the journal holds it (JSON: tuples are lists), for comparing."""
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def journal_path(storage: str, name: str) -> Path:
+    return Path(storage) / name / JOURNAL_NAME
+
+
+def latest_sweep(storage: str, experiment_name: str) -> str | None:
+    """The newest sweep of ``experiment_name`` under ``storage`` (by its journal's age)."""
+    journals = sorted(Path(storage).glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in journals:
+        if Journal.read(path).header.get("experiment_name") == experiment_name:
+            return path.parent.name
+    return None
+
+
+def load(storage: str, name: str) -> Resumable:
+    """The sweep ``name`` under ``storage``; an ExperimentError when there is none to resume."""
+    path = journal_path(storage, name)
+    if not path.exists():
+        known = sorted(p.parent.name for p in Path(storage).glob(f"*/{JOURNAL_NAME}"))
+        raise ExperimentError(
+            f"No sweep {name!r} to resume under {str(storage)!r} (no {JOURNAL_NAME} in {str(path.parent)!r}); "
+            f"sweeps there: {', '.join(known) or '(none)'}.",
+            fix="Pass the sweep's name (--name, or `tunetrain resume NAME`) and the --storage it ran with.",
+        )
+    state = Journal.read(path)
+    start = next((entry for entry in state.entries if entry["op"] == "start_sweep"), None)
+    if start is None or not (path.parent / "tuner.pkl").exists():
+        raise ExperimentError(
+            f"Sweep {name!r} under {str(storage)!r} stopped before it started its first trial; "
+            "there is nothing to resume.",
+            fix="Start it again: tunetrain sweep FILE.",
+        )
+    return Resumable(name=name, journal=state, params=dict(start["params"]), tags=dict(start["tags"]))
+
+
+def changes(sweep: Resumable, params: Mapping[str, Any], tags: Mapping[str, Any]) -> list[str]:
+    """What differs between the sweep as it started and as it would resume; empty when it
+    may resume. More trials (``num_samples``) is not a change; fewer is."""
+    found: list[str] = []
+    old = {**{f"param {k}": v for k, v in sweep.params.items()}, **{k: sweep.tags.get(k) for k in _SETTINGS}}
+    new = {**{f"param {k}": v for k, v in params.items()}, **{k: tags.get(k) for k in _SETTINGS}}
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if _normal(before) != _normal(after):
+            label = key.removeprefix("tunetrain.")
+            if key == "tunetrain.experiment_sha256":
+                found.append(f"the experiment file's content (sha256 {str(before)[:12]} -> {str(after)[:12]})")
+            else:
+                found.append(f"{label}: {before!r} -> {after!r}")
+    if int(tags["tunetrain.num_samples"]) < sweep.num_samples:
+        found.append(f"num_samples: {sweep.num_samples} -> {tags['tunetrain.num_samples']} (it may only grow)")
+    return found
