@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -165,30 +166,37 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     return Journal.read(path).entries if path.exists() else []
 
 
-def start_sweep_and_wait(workdir: Path, *, ended: int) -> tuple[subprocess.Popen[str], Path]:
+def start_sweep_and_wait(
+    workdir: Path, *, ended: int, args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], Path]:
     """Start the RESUMED sweep in its own process; return once its journal records ``ended``
     ended trials (the sweep goes on meanwhile)."""
     path = write_experiment(workdir, RESUMED)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tunetrain", "sweep", str(path), "--name", "s1", "--no-report"],
+        [sys.executable, "-m", "tunetrain", "sweep", str(path), "--name", "s1", "--no-report", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=workdir,
     )
     journal = workdir / "tunetrain_results" / "s1" / "tracking_journal.jsonl"
+    wait_for_ended(process, journal, ended)
+    return process, journal
+
+
+def wait_for_ended(process: subprocess.Popen[str], journal: Path, ended: int) -> None:
+    """Return once the sweep's journal records ``ended`` ended trials."""
     deadline = time.monotonic() + 300
     while sum(e["op"] == "end_trial" for e in journal_entries(journal)) < ended:
         assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "the sweep did not get that far in 5 minutes"
         time.sleep(0.1)  # polling the journal the sweep writes
-    return process, journal
 
 
-def check_complete_record(workdir: Path, parent_run_id: str) -> list[Any]:
-    """The resumed sweep's record: the same parent run, six child runs, each finished, with
-    steps 1..8 once per metric."""
-    client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
+def check_complete_record(workdir: Path, parent_run_id: str, tracking_uri: str | None = None) -> list[Any]:
+    """The RESUMED sweep's record, as an undisturbed sweep leaves it: the same parent run, six
+    child runs, each finished, with steps 1..8 once per metric."""
+    client, runs = child_runs(tracking_uri or f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
     parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
     assert parents == {parent_run_id}  # the same parent run before and after
     assert client.get_run(parent_run_id).info.status == "FINISHED"
@@ -251,3 +259,70 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
     status, out = run_cli("resume", "s1")
     assert status == 0, out
     check_complete_record(workdir, parent_run_id)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_tracking_server_outage_loses_and_doubles_nothing(workdir: Path) -> None:
+    from tunetrain.tracking import Journal, start_ui_server, stop_ui_server
+
+    port = free_port()
+    backend = f"sqlite:///{workdir / 'server.db'}"
+    artifacts = str(workdir / "server_artifacts")
+    server, url = start_ui_server(backend, port=port, artifacts_destination=artifacts)
+    try:
+        process, journal = start_sweep_and_wait(workdir, ended=1, args=("--tracking-uri", url))
+        stop_ui_server(server)  # the MLflow server goes away while trials run ...
+        wait_for_ended(process, journal, 3)  # ... and the sweep trains on: two more trials end
+        server, _ = start_ui_server(backend, port=port, artifacts_destination=artifacts)  # it is back
+        out, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, out
+        assert "is unreachable" in out and "is back after" in out, out
+        parent_run_id = Journal.read(journal).parent_run_id
+        assert parent_run_id is not None
+        # The record equals an undisturbed sweep's: six runs, each step once, all finished.
+        runs = check_complete_record(workdir, parent_run_id, tracking_uri=url)
+        # Artifacts reached the server's store too (each trial's checkpoints.json).
+        client = MlflowClient(url)
+        assert all("checkpoints.json" in {a.path for a in client.list_artifacts(r.info.run_id)} for r in runs)
+    finally:
+        stop_ui_server(server)
+
+
+def test_records_kept_while_the_store_is_away_are_written_by_sync(tmp_path: Path) -> None:
+    import io
+
+    from tunetrain.tracking import JOURNAL_NAME, SweepRecorder
+
+    store = tmp_path / "store"
+    store.write_text("")  # a file where the store's folder belongs: the store cannot be opened
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    journal = tmp_path / "results" / "s" / JOURNAL_NAME
+    recorder = SweepRecorder(
+        tracking_uri=uri, experiment_name="e", journal=journal, drain_timeout_s=1, error_stream=io.StringIO()
+    )
+    recorder.start_sweep(run_name="s", params={"space.lr": "uniform"}, tags={}, sweep_id="abc")
+    tags = {"tunetrain.trial_id": "t0", "tunetrain.trial_index": 0, "tunetrain.seed": 1}
+    recorder.start_trial("trial_0000", params={"lr": 0.1}, tags=tags, start_time=time.time())
+    for step in range(1, 6):
+        recorder.log_metrics("trial_0000", step=step, metrics={"loss": 1 / step}, timestamp=time.time())
+    recorder.end_trial("trial_0000", status="completed", end_time=time.time(), tags={})
+    recorder.end_sweep(status="FINISHED", best_metrics={"best_loss": 0.2}, tags={}, best_trial=None, best_config=None)
+    recorder.close()
+    assert recorder.unsent == 9  # nothing reached the store; the journal holds it all
+
+    store.unlink()  # the store is back
+    status, out = run_cli("sync", "s", "--storage", str(tmp_path / "results"))
+    assert status == 0 and "9 of 9 unsent record(s) written" in out, out
+    # Everything is there, once.
+    client, runs = child_runs(uri, "e")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [1, 2, 3, 4, 5]
+    # A second sync finds nothing to write and doubles nothing.
+    status, out = run_cli("sync", "s", "--storage", str(tmp_path / "results"))
+    assert status == 0 and "0 of 0" in out
+    assert len(child_runs(uri, "e")[1]) == 1

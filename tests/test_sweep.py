@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -121,6 +122,9 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(workdir: 
     runs: dict[str, Any] = {r.data.params["kind"]: r for r in children}
     assert runs["ok"].data.tags["tunetrain.status"] == "completed"
     assert runs["nan"].data.tags["tunetrain.status"] == "diverged"
+    # The record keeps the value the loop reported (the scheduler and searcher saw +inf).
+    nan_history = client.get_metric_history(runs["nan"].info.run_id, "loss")
+    assert [m.step for m in nan_history] == [1, 2] and math.isnan(nan_history[1].value)
     boom = runs["boom"]
     assert boom.data.tags["tunetrain.status"] == "failed"
     assert boom.info.status == "FAILED"

@@ -102,16 +102,25 @@ def latest_smoke_timings(tracking_uri: str, experiment: str) -> tuple[str, float
 
 
 def start_ui_server(
-    tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000, timeout_s: float = 180.0
+    tracking_uri: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    timeout_s: float = 180.0,
+    artifacts_destination: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``mlflow ui`` on the store and return it once it answers ``/health``, with its URL.
+    With ``artifacts_destination``: ``mlflow server`` serving artifacts from there, as a
+    shared tracking server does.
 
     The caller stops it with :func:`stop_ui_server`. A server that exits or stays silent for
     ``timeout_s`` is an error that includes its output.
     """
     url = f"http://{host}:{port}"
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri]
-    command += ["--host", host, "--port", str(port), "--workers", "1"]
+    command = [sys.executable, "-m", "mlflow", "ui" if artifacts_destination is None else "server"]
+    command += ["--backend-store-uri", tracking_uri, "--host", host, "--port", str(port), "--workers", "1"]
+    if artifacts_destination is not None:
+        command += ["--artifacts-destination", artifacts_destination]
     # Its own process group: mlflow ui runs the web server as a child process, and stopping
     # the group stops both.
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -295,7 +304,7 @@ class SweepRecorder:
         self.experiment_name = experiment_name
         self._artifact_location = artifact_location
         self._errors = error_stream or sys.stderr
-        self._client = MlflowClient(tracking_uri=tracking_uri)
+        self._mlflow: MlflowClient | None = None
         self.experiment_id: str | None = None
         self.parent_run_id: str | None = None
         self._run_ids: dict[str, str] = {}
@@ -338,6 +347,14 @@ class SweepRecorder:
             self._run_ids.update(state.run_ids)
         self._thread = threading.Thread(target=self._work, name="tunetrain-mlflow", daemon=True)
         self._thread.start()
+
+    @property
+    def _client(self) -> MlflowClient:
+        # Made on first use, on the recorder's thread: MLflow opens (and may create) a
+        # sqlite store right away, and a store that is away must not stop the sweep.
+        if self._mlflow is None:
+            self._mlflow = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._mlflow
 
     @property
     def journal_path(self) -> Path | None:
