@@ -402,6 +402,13 @@ class SweepCallback(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._record_exploits()
         record = self.records.get(trial.trial_id)
+        named = next((r for r in self.records.values() if r.name == str(trial)), None)
+        if record is None and named is not None:
+            # A resumed sweep whose Tune state was saved before this trial was first created:
+            # the searcher created it again, under a new id; it goes on in the trial's run.
+            del self.records[named.trial_id]
+            named.trial_id = trial.trial_id
+            self.records[trial.trial_id] = record = named
         if record is not None:  # resumed (HyperBand, a resumed sweep) or restarted from a donor (PBT): same run
             if record.status == "interrupted":  # Ctrl+C or a crash ended it; the resumed sweep goes on with it
                 record.status, record.end_time = "running", None
