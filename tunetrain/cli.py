@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from tunetrain.errors import ExperimentError
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULT_STORAGE = "tunetrain_results"
 
 
 def sweep_parser(subparsers: Any) -> None:
@@ -27,7 +28,11 @@ def sweep_parser(subparsers: Any) -> None:
     parser.add_argument("--num-samples", type=int, help="number of trials")
     parser.add_argument("--scheduler", help="asha or fifo")
     parser.add_argument("--searcher", help="optuna, hyperopt or random")
-    parser.add_argument("--workers-per-trial", type=int, help="Ray Train workers (DDP processes) per trial")
+    parser.add_argument(
+        "--workers-per-trial",
+        type=_workers,
+        help="Ray Train workers (DDP processes) per trial: N, or MIN-MAX for elastic trials",
+    )
     parser.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
     parser.add_argument(
         "--trial-runner",
@@ -41,7 +46,16 @@ def sweep_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--address", help="Ray cluster to use (auto, HOST:PORT, ray://HOST:10001); default: embedded")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
-    parser.add_argument("--storage", default="tunetrain_results", help="where trial checkpoints and sweep state go")
+    parser.add_argument(
+        "--storage",
+        help="where trial checkpoints and sweep state go: a path or URI (s3://...) every node sees; "
+        f"default ./{DEFAULT_STORAGE} (one machine only)",
+    )
+    parser.add_argument(
+        "--placement-strategy",
+        choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+        help="how a trial's workers are placed on nodes (default: the experiment's, PACK)",
+    )
     parser.add_argument("--name", help="sweep name (default: EXPERIMENT-DATE-TIME)")
     parser.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
     parser.add_argument(
@@ -90,6 +104,16 @@ def sweep_parser(subparsers: Any) -> None:
     parser.set_defaults(command=sweep_command)
 
 
+def _workers(text: str) -> int | tuple[int, int]:
+    """``--workers-per-trial``: ``2`` or an elastic range ``1-4``."""
+    from tunetrain.replay import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or MIN-MAX (e.g. 2 or 1-4), but got {text!r}") from None
+
+
 def resolve_experiment(args: argparse.Namespace) -> Any:
     """Load the experiment file and apply the command line's overrides (validated again)."""
     from tunetrain._space import apply_overrides, parse_assignment
@@ -108,6 +132,7 @@ def resolve_experiment(args: argparse.Namespace) -> Any:
         ("seed", "seed"),
         ("deterministic", "deterministic"),
         ("max_failures", "max_failures"),
+        ("placement_strategy", "placement_strategy"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -132,13 +157,14 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     if args.resume:
         from tunetrain import resume
 
-        name = name or resume.latest_sweep(args.storage, experiment.name)
+        storage = args.storage or DEFAULT_STORAGE
+        name = name or resume.latest_sweep(storage, experiment.name)
         if name is None:
             raise ExperimentError(
-                f"--resume: no sweep of experiment {experiment.name!r} under {args.storage!r}.",
+                f"--resume: no sweep of experiment {experiment.name!r} under {storage!r}.",
                 fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
             )
-        resumable = resume.load(args.storage, name)
+        resumable = resume.load(storage, name)
         if resumable.ended_as:
             print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=stream)
             return EXIT_OK
@@ -235,7 +261,7 @@ def execute_sweep(
     experiment: Any,
     *,
     tracking_uri: str | None,
-    storage: str,
+    storage: str | None,
     address: str | None,
     name: str | None,
     argv: list[str] | None,
@@ -253,14 +279,23 @@ def execute_sweep(
     from tunetrain import _space, tracking, tuner
 
     tracking_uri = tracking_uri or tracking.default_tracking_uri()
+    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
-    log_dir = Path(storage).resolve() / "logs"
+    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
     if address is None:
         nodes = tuner.local_nodes()
     else:
         tuner.connect(address, log_dir=log_dir)
         nodes = tuner.cluster_nodes()
+        if len(nodes) > 1 and not storage_given:
+            raise ExperimentError(
+                f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
+                f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
+                "other nodes cannot see.",
+                fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
+                "see docs/cluster.md.",
+            )
     plan = tuner.plan_sweep(
         experiment,
         nodes=nodes,
@@ -679,6 +714,32 @@ def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     return EXIT_OK if left == 0 else EXIT_ALL_FAILED
 
 
+def doctor_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check a Ray cluster, tracking store and storage before a sweep",
+        description="Check what a sweep needs: the cluster's nodes and resources, the same package versions on "
+        "every node, the State API, GPUs and CUDA, the tracking store (reachable, takes runs) and the storage "
+        "(writable from every node, seen by the driver). Exit 0 when there is no problem, 1 otherwise.",
+    )
+    parser.add_argument("--address", help="Ray cluster (auto, HOST:PORT, ray://HOST:10001); default: embedded")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--storage", help="the --storage sweeps will use")
+    parser.set_defaults(command=doctor_command)
+
+
+def doctor_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain import doctor, tracking
+
+    return doctor.run(
+        address=args.address,
+        tracking_uri=args.tracking_uri or tracking.default_tracking_uri(),
+        storage=args.storage,
+        storage_given=args.storage is not None,
+        stream=stream,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tunetrain",
@@ -689,6 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (
         resume_parser,
         sync_parser,
+        doctor_parser,
         list_parser,
         show_parser,
         best_parser,

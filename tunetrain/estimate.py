@@ -61,8 +61,8 @@ def estimate(experiment: Any, *, max_concurrent: int, startup_s: float, iteratio
     trial_s = startup_s + iterations * iteration_s
     waves = math.ceil(experiment.num_samples / max(1, max_concurrent))
     worker = experiment.worker_resources
-    cpus = experiment.workers_per_trial * worker.get("CPU", 0.0)
-    gpus = experiment.workers_per_trial * worker.get("GPU", 0.0)
+    cpus = experiment.max_workers * worker.get("CPU", 0.0)  # an elastic trial at its largest
+    gpus = experiment.max_workers * worker.get("GPU", 0.0)
     total_s = trial_s * experiment.num_samples
     return Estimate(
         iterations_per_trial=iterations,

@@ -108,7 +108,10 @@ class Experiment:
             "hyperopt" (TPE), "random" or "grid"; ``searcher_options`` are passed to Ray
             Tune's class.
         num_samples: how many trials the sweep runs.
-        workers_per_trial: Ray Train workers (DDP processes) in each trial.
+        workers_per_trial: Ray Train workers (DDP processes) in each trial; or a range
+            ``(min, max)`` for elastic trials, which start with what is free (at least
+            ``min``) and grow towards ``max`` when nodes join (Ray Train's elastic scaling,
+            see docs/cluster.md).
         use_gpu: give each worker a GPU.
         resources_per_worker: Ray resources of one worker, e.g. ``{"CPU": 1}``.
         placement_strategy: how a trial's workers are placed on nodes.
@@ -146,7 +149,7 @@ class Experiment:
     searcher: str = "optuna"
     searcher_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     num_samples: int = 8
-    workers_per_trial: int = 1
+    workers_per_trial: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: Mapping[str, float] | None = None
     placement_strategy: PlacementStrategy = "PACK"
@@ -197,6 +200,20 @@ class Experiment:
         return len(self.objectives) > 1
 
     @property
+    def min_workers(self) -> int:
+        """The workers a trial needs to start (all of them unless it is elastic)."""
+        return self.workers_per_trial[0] if isinstance(self.workers_per_trial, tuple) else self.workers_per_trial
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers a trial uses."""
+        return self.workers_per_trial[1] if isinstance(self.workers_per_trial, tuple) else self.workers_per_trial
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.workers_per_trial, tuple)
+
+    @property
     def in_process(self) -> bool:
         """Whether trials run their train loop in the Tune trial's process (see ``trial_runner``)."""
         if self.trial_runner == "auto":
@@ -243,7 +260,22 @@ class Experiment:
                 fix="Pick one of those names (in the experiment file or with --searcher).",
             )
         _positive_int("num_samples", self.num_samples)
-        _positive_int("workers_per_trial", self.workers_per_trial)
+        if isinstance(self.workers_per_trial, list):  # (min, max) written as a list
+            object.__setattr__(self, "workers_per_trial", tuple(self.workers_per_trial))
+        if isinstance(self.workers_per_trial, tuple):
+            low, high = (*self.workers_per_trial, 0, 0)[:2]
+            if (
+                len(self.workers_per_trial) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) for n in (low, high))
+                or not 1 <= low <= high
+            ):
+                raise ExperimentError(
+                    f"Experiment.workers_per_trial must be a number >= 1 or a range (min, max) with "
+                    f"1 <= min <= max, but got {self.workers_per_trial=}.",
+                    fix="Use e.g. workers_per_trial=2, or workers_per_trial=(1, 4) for elastic trials.",
+                )
+        else:
+            _positive_int("workers_per_trial", self.workers_per_trial)
         if self.max_concurrent is not None:
             _positive_int("max_concurrent", self.max_concurrent)
         if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < 0:
@@ -262,7 +294,7 @@ class Experiment:
                 f"Unknown trial_runner {self.trial_runner!r}; valid trial runners are {', '.join(TRIAL_RUNNERS)}.",
                 fix="Pick one of those names (in the experiment file or with --trial-runner).",
             )
-        if self.trial_runner == "in_process" and self.workers_per_trial != 1:
+        if self.trial_runner == "in_process" and self.workers_per_trial != 1:  # a range too
             raise ExperimentError(
                 f"trial_runner='in_process' runs one worker per trial, but got workers_per_trial="
                 f"{self.workers_per_trial}.",

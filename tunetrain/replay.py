@@ -57,6 +57,12 @@ class MetricComparison:
         return self.first_step is None and self.original_points == self.replayed_points
 
 
+def parse_workers(text: str) -> int | tuple[int, int]:
+    """``workers_per_trial`` as recorded: ``2``, or ``1-4`` for an elastic range."""
+    low, _, high = text.partition("-")
+    return (int(low), int(high)) if high else int(low)
+
+
 def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder: Path) -> ReplaySpec:
     """Read the trial's record and build its one-trial experiment (the experiment file is
     downloaded into ``folder``)."""
@@ -93,7 +99,7 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         )
     config = nested_config(run.params)
     tags = parent.tags
-    workers = int(tags.get("tunetrain.workers_per_trial", experiment.workers_per_trial))
+    workers = parse_workers(str(tags.get("tunetrain.workers_per_trial", experiment.workers_per_trial)))
     runner = tags.get("tunetrain.trial_runner", "auto")
     one_trial = experiment.replace(
         space=config,  # every value pinned: the searcher has nothing to choose

@@ -84,6 +84,24 @@ def ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
+def check_store(tracking_uri: str) -> str | None:
+    """Why ``tracking_uri`` cannot take a sweep's runs; None when it can (reachable and
+    writable: a run is created in the experiment ``tunetrain-doctor`` and deleted again)."""
+    _quiet_mlflow_logging()
+    if tracking_uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        experiment = client.get_experiment_by_name("tunetrain-doctor")
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment("tunetrain-doctor")
+        run = client.create_run(experiment_id, run_name="doctor")
+        client.log_text(run.info.run_id, "tunetrain doctor", "doctor.txt")  # the artifact store too
+        client.delete_run(run.info.run_id)
+    except Exception as exc:
+        return _trim(f"{tracking_uri} does not take runs: {type(exc).__name__}: {exc}", 600)
+    return None
+
+
 def latest_smoke_timings(tracking_uri: str, experiment: str) -> tuple[str, float, float] | None:
     """(sweep name, start-up s, s per iteration) of the experiment's latest ``--smoke`` run;
     None when there is none. Reads nothing (and creates no sqlite file) when the store is a

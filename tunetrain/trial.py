@@ -33,7 +33,7 @@ from typing import Any
 
 import ray.train
 from ray import tune
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train._internal.session import get_session
 from ray.train.torch import TorchTrainer
 from ray.train.v2._internal.execution.train_fn_utils import (
@@ -42,6 +42,7 @@ from ray.train.v2._internal.execution.train_fn_utils import (
     set_train_fn_utils,
 )
 from ray.train.v2.api.callback import UserCallback
+from ray.train.v2.api.config import ScalingConfig  # Train V2's: num_workers may be an elastic range
 
 from tunetrain.context import TrialContext, _set_context
 from tunetrain.seeding import derive_seed, seed_everything
@@ -57,6 +58,16 @@ DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
 # see the worst value instead, see :func:`worst_for_diverged`).
 RESTARTS_KEY = "tunetrain.restarts"
 DIVERGED_KEY = "tunetrain.diverged"
+# Where the trial's workers run: one "node_ip node_id" per rank, sent with the first report
+# and again when it changes (a restart, an elastic resize).
+NODES_KEY = "tunetrain.nodes"
+
+
+def this_node() -> str:
+    """This process's Ray node: its IP address and node id."""
+    context = ray.get_runtime_context()
+    return f"{ray.util.get_node_ip_address()} {context.get_node_id()}"
+
 
 _NAME = "trial_{:04d}"
 _NAME_PATTERN = re.compile(r"^trial_(\d+)$")
@@ -98,7 +109,7 @@ class TrialSpec:
     """Everything a trial driver needs besides the config (shipped once via the object store)."""
 
     train_loop: Callable[[dict[str, Any]], Any]
-    num_workers: int
+    num_workers: int | tuple[int, int]  # a (min, max) range: an elastic trial
     use_gpu: bool
     resources_per_worker: dict[str, float]
     placement_strategy: str
@@ -185,6 +196,7 @@ def _worker_main(
     trial_seed: int,
     start_checkpoint: Any = None,
     deterministic: bool = False,
+    mailbox: Any = None,
 ) -> Callable[[dict[str, Any]], Any]:
     """Wrap the user's train loop: seed this worker and set its context, then run it unchanged."""
 
@@ -195,6 +207,8 @@ def _worker_main(
             set_train_fn_utils(_StartFrom(get_train_fn_utils(), start_checkpoint))
         context = ray.train.get_context()
         rank = context.get_world_rank()
+        if mailbox is not None:  # where this rank runs, for the trial's record
+            mailbox.note_node.remote(rank, context.get_world_size(), this_node())
         worker_seed = derive_seed(trial_seed, rank)
         seed_everything(worker_seed)
         _set_context(
@@ -222,6 +236,7 @@ class _Mailbox:
     def __init__(self) -> None:
         self._items: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
         self._acks: asyncio.Queue[None] = asyncio.Queue()
+        self._nodes: list[str] = []  # per rank of the current worker group
 
     async def put(self, item: Any) -> None:
         """Deliver ``item`` and return once the driver has acknowledged it."""
@@ -233,6 +248,14 @@ class _Mailbox:
 
     async def ack(self) -> None:
         await self._acks.put(None)
+
+    def note_node(self, rank: int, world_size: int, node: str) -> None:
+        if world_size != len(self._nodes):  # a new worker group (restart or resize)
+            self._nodes = [""] * world_size
+        self._nodes[rank] = node
+
+    def nodes(self) -> list[str]:
+        return list(self._nodes)
 
 
 _FIT_ENDED = "tunetrain:fit-ended"
@@ -293,10 +316,13 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             seed,
             start_checkpoint=spec.start_checkpoint(),
             deterministic=spec.deterministic,
+            mailbox=mailbox,
         ),
         train_loop_config=config,
         scaling_config=ScalingConfig(
             num_workers=spec.num_workers,
+            # An elastic trial looks for more free workers this often (Ray's default: 60 s).
+            elastic_resize_monitor_interval_s=float(os.environ.get("TUNETRAIN_ELASTIC_RESIZE_S", "10")),
             use_gpu=spec.use_gpu,
             resources_per_worker=spec.resources_per_worker,
             placement_strategy=spec.placement_strategy,
@@ -326,6 +352,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     controller = None
     ended = False
     restarts: list[str] = []  # worker failures since the last report
+    nodes: list[str] = []  # where the workers ran, as last reported
     try:
         while True:
             item = ray.get(mailbox.get.remote())
@@ -343,6 +370,9 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             metrics = worst_for_diverged(metrics, spec.objectives)
             if restarts:
                 metrics[RESTARTS_KEY], restarts = restarts, []
+            now = ray.get(mailbox.nodes.remote())
+            if now != nodes and all(now):
+                metrics[NODES_KEY] = nodes = now
             tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
             mailbox.ack.remote()
     finally:
@@ -384,11 +414,15 @@ class _TuneBridge(LocalTrainFnUtils):
         self._session = session
         self._initial_checkpoint = initial_checkpoint
         self._objectives = objectives
+        self._first = True
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
         # The Tune session persists the checkpoint into the trial's storage before it returns,
         # so the train loop may delete its temporary folder right after, as with Train.
-        self._session.report(worst_for_diverged(dict(metrics), self._objectives), checkpoint=checkpoint)
+        metrics = worst_for_diverged(dict(metrics), self._objectives)
+        if self._first:
+            metrics[NODES_KEY], self._first = [this_node()], False
+        self._session.report(metrics, checkpoint=checkpoint)
         self._last_metrics = metrics  # type: ignore[assignment]  # Ray annotates it as None
 
     def get_checkpoint(self) -> Any:

@@ -46,6 +46,7 @@ from tunetrain.tracking import JOURNAL_NAME, Journal, SweepRecorder
 from tunetrain.trial import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
+    NODES_KEY,
     RESTARTS_KEY,
     TrialNamer,
     TrialSpec,
@@ -240,13 +241,13 @@ def plan_sweep(
             fix="Drop --use-gpu / use_gpu=True, or connect to a cluster with GPUs via --address.",
         )
     check_fit(
-        num_workers=experiment.workers_per_trial,
+        num_workers=experiment.min_workers,  # an elastic trial starts with its minimum
         worker=worker,
         strategy=experiment.placement_strategy,
         nodes=nodes,
     )
     fits = max_concurrent_trials(
-        num_workers=experiment.workers_per_trial,
+        num_workers=experiment.min_workers,
         worker=worker,
         strategy=experiment.placement_strategy,
         nodes=nodes,
@@ -300,7 +301,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Trials: {exp.num_samples}, at most {plan.max_concurrent} at once",
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
-        f"Per trial: {exp.workers_per_trial} worker(s) x ({describe_resources(exp.worker_resources)}), "
+        f"Per trial: {_workers_text(exp)} worker(s) x ({describe_resources(exp.worker_resources)}), "
         f"placement {exp.placement_strategy}, " + ("in process (reused)" if exp.in_process else "a TorchTrainer each"),
         f"Cluster: {plan.address or 'embedded local Ray'}; "
         + "; ".join(describe_resources(node) for node in plan.nodes),
@@ -441,7 +442,7 @@ class SweepCallback(tune.Callback):
                 "tunetrain.seed": record.seed,
                 # Each worker's seed (rank order): derived from the trial's seed and its rank.
                 "tunetrain.worker_seeds": ",".join(
-                    str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.workers_per_trial)
+                    str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.max_workers)
                 ),
                 **self.provenance,
             },
@@ -462,6 +463,16 @@ class SweepCallback(tune.Callback):
         restarts = result.get(RESTARTS_KEY)
         if restarts:  # Train restarted the workers from the latest checkpoint before this report
             self._restarted(record, list(restarts))
+        nodes = result.get(NODES_KEY)
+        if nodes:  # where the trial's workers run (rank order): IP address and Ray node id
+            self.recorder.set_tags(
+                record.name,
+                {
+                    "tunetrain.nodes": ",".join(n.split()[0] for n in nodes),
+                    "tunetrain.node_ids": ",".join(n.split()[-1] for n in nodes),
+                    "tunetrain.world_size": len(nodes),
+                },
+            )
         if step <= record.iterations and not self.population_based:
             # A trial restored from a checkpoint older than its last report (a retry, a resumed
             # sweep, a HyperBand resume) reruns those steps: each step is recorded once, the
@@ -713,7 +724,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.deterministic": str(exp.deterministic).lower(),
         "tunetrain.budget": plan.budget.text if plan.budget else "none",
-        "tunetrain.workers_per_trial": exp.workers_per_trial,
+        "tunetrain.workers_per_trial": _workers_text(exp),
         "tunetrain.trial_runner": "in_process" if exp.in_process else "torch_trainer",
         "tunetrain.max_concurrent": plan.max_concurrent,
         "tunetrain.storage_path": f"{plan.storage_path}/{plan.sweep_name}",
@@ -791,8 +802,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         worker = exp.worker_resources
         gate = BudgetGate(
             plan.budget,
-            cpus_per_trial=exp.workers_per_trial * worker.get("CPU", 0.0),
-            gpus_per_trial=exp.workers_per_trial * worker.get("GPU", 0.0),
+            cpus_per_trial=exp.max_workers * worker.get("CPU", 0.0),
+            gpus_per_trial=exp.max_workers * worker.get("GPU", 0.0),
         )
         scheduler.budget_gate = gate
     live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
@@ -980,6 +991,12 @@ class _ResumedSearch(SearchGenerator):
         super().set_state(state)
         if self._total_samples < self._wanted:
             self._total_samples, self._finished = self._wanted, False
+
+
+def _workers_text(experiment: Experiment) -> str:
+    """Workers per trial as recorded: ``2``, or ``1-4`` for an elastic range."""
+    low, high = experiment.min_workers, experiment.max_workers
+    return f"{low}-{high}" if experiment.elastic else str(low)
 
 
 def _artifact_location(tracking_uri: str) -> str | None:

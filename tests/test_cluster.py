@@ -1,0 +1,277 @@
+"""A real two-node Ray cluster on this machine (``ray start --head`` plus a second ``ray start
+--address=...`` over loopback, each node with its own custom resource), a real ``mlflow
+server``, sweeps run against both with ``--address`` and ``--tracking-uri``, and ``tunetrain
+doctor``. Everything started here is stopped here, by process id (``ray stop`` would also
+stop other Ray instances on the machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import write_experiment
+from tunetrain.tracking import Journal, start_ui_server, stop_ui_server
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Cluster:
+    """``ray start --block`` processes (each in its own process group) and an MLflow server."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.temp_dir = f"/tmp/tt-{os.getpid()}-{self.port}"  # short: Ray's socket paths have a length limit
+        self.nodes: list[subprocess.Popen[bytes]] = []
+        self.server: subprocess.Popen[bytes] | None = None
+        self.tracking_uri = ""
+        self.storage = str(folder / "shared_storage")  # every node sees it: they share this machine's disk
+
+    def start_node(self, resource: str, *, head: bool = False) -> None:
+        command = ["ray", "start", "--block", "--num-cpus=1", f"--resources={json.dumps({resource: 1})}"]
+        command += ["--object-store-memory=150000000", "--disable-usage-stats"]
+        if head:
+            command += ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}"]
+        else:
+            command += [f"--address={self.address}"]
+        log = (self.folder / f"ray-{resource}.log").open("wb")
+        self.nodes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        wanted = len(self.nodes)
+        deadline = time.monotonic() + 120
+        while self.alive_nodes() < wanted:  # polling the cluster until the node has joined
+            assert self.nodes[-1].poll() is None, (self.folder / f"ray-{resource}.log").read_text()
+            assert time.monotonic() < deadline, f"node {resource} did not join in 2 minutes"
+            time.sleep(0.5)
+
+    def alive_nodes(self) -> int:
+        script = (
+            f"import ray, logging; ray.init(address={self.address!r}, logging_level=logging.ERROR); "
+            "print(sum(1 for n in ray.nodes() if n['Alive']))"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0
+
+    def start_server(self) -> None:
+        self.server, self.tracking_uri = start_ui_server(
+            f"sqlite:///{self.folder / 'server.db'}",
+            port=free_port(),
+            artifacts_destination=str(self.folder / "server_artifacts"),
+        )
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(node.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    node.wait(timeout=60)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.server is not None:
+            stop_ui_server(self.server)
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    started = Cluster(tmp_path)
+    try:
+        started.start_server()
+        started.start_node("head_node", head=True)
+        yield started
+    finally:
+        started.stop()
+
+
+def tunetrain(cluster: Cluster, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``python -m tunetrain ARGS`` in its own process (this test process has its own Ray)."""
+    env = {**os.environ, "TUNETRAIN_ELASTIC_RESIZE_S": "2"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cluster.folder,
+        env=env,
+        **kwargs,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 400) -> str:
+    out, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, out
+    return out
+
+
+# One trial that reports its world size every step and checkpoints it; it ends three steps
+# after it first ran with two workers (or after 300 steps, which fails the test).
+ELASTIC = """
+import json
+import os
+import tempfile
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    state = {"step": 0, "grown_at": None}
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            with open(os.path.join(folder, "state.json")) as f:
+                state = json.load(f)
+    world = ray.train.get_context().get_world_size()
+    while state["step"] < 300:
+        time.sleep(0.2)  # the work of one step
+        state["step"] += 1
+        if world == 2 and state["grown_at"] is None:
+            state["grown_at"] = state["step"]
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump(state, f)
+            ray.train.report({"loss": 1.0 / state["step"], "world_size": world},
+                             checkpoint=ray.train.Checkpoint.from_directory(folder))
+        if state["grown_at"] is not None and state["step"] >= state["grown_at"] + 3:
+            return
+
+
+experiment = Experiment(
+    name="elastic", train_loop=loop, metric="loss", mode="min", space={"x": tune.choice([1])},
+    scheduler="fifo", searcher="random", num_samples=1, workers_per_trial=(1, 2),
+    resources_per_worker={"CPU": 1}, seed=1,
+)
+"""
+
+# Single-worker and two-worker (SPREAD) trials that report the rank count.
+PLACED = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(3):
+        ray.train.report({"loss": config["x"] / (step + 1), "world_size": ray.train.get_context().get_world_size()})
+
+
+experiment = Experiment(
+    name="placed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=4, resources_per_worker={"CPU": 1},
+    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2,
+)
+"""
+
+
+def child_runs(tracking_uri: str, experiment: str) -> list[Any]:
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1  # the server holds the sweep's parent run ...
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == len(runs) - 1  # ... and every trial's run under it
+    return children
+
+
+def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -> None:
+    common = ("--address", cluster.address, "--tracking-uri", cluster.tracking_uri, "--storage", cluster.storage)
+
+    # An elastic trial starts with the one worker the head node has room for ...
+    elastic = tunetrain(cluster, "sweep", str(write_experiment(cluster.folder, ELASTIC, "elastic.py")), *common)
+    journal = Path(cluster.storage).glob("elastic-*/tracking_journal.jsonl")
+    deadline = time.monotonic() + 300
+    while not any(e["op"] == "metrics" for path in journal for e in Journal.read(path).entries):
+        assert elastic.poll() is None, elastic.communicate()[0]
+        assert time.monotonic() < deadline, "the elastic trial did not report in 5 minutes"
+        time.sleep(0.5)  # polling the sweep's journal for the first report
+        journal = Path(cluster.storage).glob("elastic-*/tracking_journal.jsonl")
+    # ... and grows to two when a second node joins.
+    cluster.start_node("worker_node")
+    finish(elastic)
+    (run,) = child_runs(cluster.tracking_uri, "elastic")
+    client = MlflowClient(cluster.tracking_uri)
+    sizes = [int(m.value) for m in client.get_metric_history(run.info.run_id, "world_size")]
+    assert sizes[0] == 1 and sizes[-1] == 2, sizes  # the recorded world size changed
+    assert len(run.data.tags["tunetrain.node_ids"].split(",")) == 2
+
+    # Single-worker trials land on both nodes.
+    out = finish(tunetrain(cluster, "sweep", str(write_experiment(cluster.folder, PLACED, "placed.py")), *common))
+    assert "4 completed" in out, out
+    runs = child_runs(cluster.tracking_uri, "placed")
+    assert len(runs) == 4 and all(r.data.tags["tunetrain.status"] == "completed" for r in runs)
+    nodes = {r.data.tags["tunetrain.node_ids"] for r in runs}
+    assert len(nodes) == 2, nodes  # each trial ran on one node, and both nodes ran some
+
+    # A two-worker trial placed with SPREAD has one worker on each node.
+    spread = finish(
+        tunetrain(
+            cluster,
+            "sweep",
+            str(cluster.folder / "placed.py"),
+            *common,
+            "--workers-per-trial",
+            "2",
+            "--placement-strategy",
+            "SPREAD",
+            "--num-samples",
+            "1",
+            "--name",
+            "spread",
+        )
+    )
+    assert "1 completed" in spread, spread
+    client = MlflowClient(cluster.tracking_uri)
+    exp = client.get_experiment_by_name("placed")
+    assert exp is not None
+    (spread_parent,) = client.search_runs([exp.experiment_id], "tags.`tunetrain.sweep_name` = 'spread'")
+    (spread_run,) = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{spread_parent.info.run_id}'")
+    assert len(set(spread_run.data.tags["tunetrain.node_ids"].split(","))) == 2
+    # Checkpoints and sweep state went to the shared storage, not a driver-local default.
+    assert not (cluster.folder / "tunetrain_results" / "spread").exists()
+
+    # doctor: both nodes, same versions, State API, the server and the shared storage all fine.
+    doctor = finish(tunetrain(cluster, "doctor", *common))
+    assert doctor.count("  node 127.0.0.1") == 2 and "No problems found." in doctor, doctor
+    assert "writes " + cluster.storage in doctor
+
+    # Without --storage, a sweep on a multi-node cluster is refused up front.
+    refused = tunetrain(cluster, "sweep", str(cluster.folder / "placed.py"), "--address", cluster.address)
+    out, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 2 and "no --storage was given" in out, out
+
+
+def test_doctor_without_a_cluster_names_the_problem_and_the_fix(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    done = subprocess.run(
+        [sys.executable, "-m", "tunetrain", "doctor", "--address", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"nothing answers at 127.0.0.1:{port}" in done.stdout and "fix: Start the head node" in done.stdout
+    # The tracking store (the default sqlite file here) is still checked, and fine.
+    assert "ok       tracking" in done.stdout
