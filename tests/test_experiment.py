@@ -76,3 +76,23 @@ def test_stop_rule_rejects_non_positive_budgets() -> None:
 
 def test_use_gpu_adds_a_gpu_to_each_worker() -> None:
     assert make_experiment(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources == {"CPU": 2.0, "GPU": 1.0}
+
+
+@pytest.mark.parametrize("workers", [(0, 2), (3, 2), (1, 2, 3), (1.0, 2)])
+def test_an_elastic_range_must_be_min_then_max_both_at_least_1(workers: object) -> None:
+    with pytest.raises(ExperimentError, match=r"a range \(min, max\) with 1 <= min <= max"):
+        make_experiment(workers_per_trial=workers)
+
+
+def test_an_elastic_range_starts_with_min_and_grows_to_max() -> None:
+    experiment = make_experiment(workers_per_trial=[1, 4])  # a list, as written by hand
+    # Read as a range: elastic, its minimum to start and fit, its maximum for budgets.
+    assert experiment.workers_per_trial == (1, 4) and experiment.elastic
+    assert (experiment.min_workers, experiment.max_workers) == (1, 4)
+    # Elastic trials need Ray Train: never the in-process runner.
+    assert not experiment.in_process
+
+
+def test_max_failures_must_be_a_count() -> None:
+    with pytest.raises(ExperimentError, match="max_failures must be an integer >= 0"):
+        make_experiment(max_failures=-1)
