@@ -151,11 +151,11 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Tune's newer console output prints a banner even at verbose=0; the classic one is silent.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Tune saves the sweep's state (trials, searcher) at most every 10 s by default; a driver
-    # killed in between resumes from an older state. tunetrain saves it at every step of
-    # Tune's event loop (a few ms for a hundred trials), so that a resumed sweep knows every
-    # trial that was started.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    # Tune saves the sweep's state (trials, searcher) every 10 s or more by default; a driver
+    # killed in between resumes from an older state and redoes that much work (the journal
+    # keeps the record right either way, see docs/fault_tolerance.md). Once a second bounds
+    # both the redone work and the cost of saving (a few ms for a hundred trials).
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
     _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
     if not ray.is_initialized():
         ray.init(
