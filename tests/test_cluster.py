@@ -45,13 +45,16 @@ class Cluster:
 
     def start_node(self, resource: str, *, head: bool = False) -> None:
         command = ["ray", "start", "--block", "--num-cpus=1", f"--resources={json.dumps({resource: 1})}"]
-        command += ["--object-store-memory=150000000", "--disable-usage-stats"]
+        command += ["--object-store-memory=150000000", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
         if head:
             command += ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}"]
         else:
             command += [f"--address={self.address}"]
         log = (self.folder / f"ray-{resource}.log").open("wb")
-        self.nodes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        env = {**os.environ, "RAY_AUTH_MODE": "token"}  # ray start --head turns token authentication on
+        self.nodes.append(
+            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        )
         wanted = len(self.nodes)
         deadline = time.monotonic() + 120
         while self.alive_nodes() < wanted:  # polling the cluster until the node has joined
@@ -64,7 +67,8 @@ class Cluster:
             f"import ray, logging; ray.init(address={self.address!r}, logging_level=logging.ERROR); "
             "print(sum(1 for n in ray.nodes() if n['Alive']))"
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        env = {**os.environ, "RAY_AUTH_MODE": "token"}  # ray start turns token authentication on
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0
 
     def start_server(self) -> None:
@@ -253,7 +257,8 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
 
     # doctor: both nodes, same versions, State API, the server and the shared storage all fine.
     doctor = finish(tunetrain(cluster, "doctor", *common))
-    assert doctor.count("  node 127.0.0.1") == 2 and "No problems found." in doctor, doctor
+    assert doctor.count("\n  node ") == 2 and "No problems found." in doctor, doctor
+    assert "{'head_node': 1.0}" in doctor and "{'worker_node': 1.0}" in doctor  # each node's own resource
     assert "writes " + cluster.storage in doctor
 
     # Without --storage, a sweep on a multi-node cluster is refused up front.

@@ -157,6 +157,8 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     # both the redone work and the cost of saving (a few ms for a hundred trials).
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
     _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
+    if address is not None:
+        use_cluster_token()
     if not ray.is_initialized():
         ray.init(
             address=address,
@@ -171,6 +173,28 @@ def connect(address: str | None, *, log_dir: Path) -> str:
         return str(node.get_logs_dir_path()) if node is not None else "/tmp/ray/session_latest/logs"
     except AttributeError:
         return "/tmp/ray/session_latest/logs"
+
+
+def use_cluster_token() -> None:
+    """Send the cluster's authentication token when connecting to a running cluster.
+
+    ``ray start`` (Ray 2.60) turns token authentication on and keeps the token in
+    ``~/.ray/auth_token``; ``ray.init(address=...)`` sends it only when ``RAY_AUTH_MODE=token``
+    is set, and otherwise fails after a minute with "Authentication token is missing".
+    So with a token at hand (that file or ``RAY_AUTH_TOKEN``) and no mode chosen, token
+    mode is chosen, as ``ray start`` itself does.
+    """
+    has_token = "RAY_AUTH_TOKEN" in os.environ or (Path.home() / ".ray" / "auth_token").exists()
+    if "RAY_AUTH_MODE" not in os.environ and has_token:
+        # Ray's own way to turn it on in a running process: set RAY_AUTH_MODE and refresh
+        # its cached config (the variable alone is read only at start-up). Private to Ray,
+        # hence the fallback for a Ray that moved it: the variable, for child processes.
+        try:
+            from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+            _enable_token_auth()
+        except ImportError:
+            os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _route_ray_logging(path: Path) -> None:
