@@ -6,8 +6,10 @@ stop other Ray instances on the machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,19 +81,19 @@ class Cluster:
         )
 
     def stop(self) -> None:
-        for node in reversed(self.nodes):
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # every node at once, then wait for them
+            for node in self.nodes:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
+            try:
+                for node in self.nodes:
                     node.wait(timeout=60)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+                break
+            except subprocess.TimeoutExpired:
+                continue
         if self.server is not None:
             stop_ui_server(self.server)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -167,7 +167,7 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
 
 
 def start_sweep_and_wait(
-    workdir: Path, *, ended: int, args: tuple[str, ...] = ()
+    workdir: Path, *, ended: int, args: tuple[str, ...] = (), running: bool = False
 ) -> tuple[subprocess.Popen[str], Path]:
     """Start the RESUMED sweep in its own process; return once its journal records ``ended``
     ended trials (the sweep goes on meanwhile)."""
@@ -180,14 +180,22 @@ def start_sweep_and_wait(
         cwd=workdir,
     )
     journal = workdir / "tunetrain_results" / "s1" / "tracking_journal.jsonl"
-    wait_for_ended(process, journal, ended)
+    wait_for_ended(process, journal, ended, running=running)
     return process, journal
 
 
-def wait_for_ended(process: subprocess.Popen[str], journal: Path, ended: int) -> None:
-    """Return once the sweep's journal records ``ended`` ended trials."""
+def wait_for_ended(process: subprocess.Popen[str], journal: Path, ended: int, *, running: bool = False) -> None:
+    """Return once the sweep's journal records ``ended`` ended trials (and, with ``running``,
+    a trial that has reported its first step and not ended)."""
+
+    def reached() -> bool:
+        entries = journal_entries(journal)
+        done = {e["trial"] for e in entries if e["op"] == "end_trial"}
+        reporting = {e["trial"] for e in entries if e["op"] == "metrics" and e["step"] == 1} - done
+        return len(done) >= ended and (bool(reporting) or not running)
+
     deadline = time.monotonic() + 300
-    while sum(e["op"] == "end_trial" for e in journal_entries(journal)) < ended:
+    while not reached():
         assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "the sweep did not get that far in 5 minutes"
         time.sleep(0.1)  # polling the journal the sweep writes
@@ -245,13 +253,17 @@ def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workd
 
 
 def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> None:
-    process, _ = start_sweep_and_wait(workdir, ended=1)
-    process.send_signal(signal.SIGINT)  # Ctrl+C
+    process, _ = start_sweep_and_wait(workdir, ended=1, running=True)  # one ended, one mid-way
+    process.send_signal(signal.SIGINT)  # Ctrl+C, to the tunetrain process alone
     out, _ = process.communicate(timeout=300)
-    assert "interrupted" in out, out
+    # A trial had completed: exit 0; the summary still comes, naming the sweep as interrupted.
+    assert process.returncode == 0, out
+    assert "interrupted" in out and "Best config:" in out and "mlflow ui" in out, out
     client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
-    # Nothing stays RUNNING in MLflow.
+    # Nothing stays RUNNING in MLflow: the trials that were running are closed as interrupted.
     assert all(r.info.status != "RUNNING" for r in runs)
+    interrupted = [r for r in runs if r.data.tags["tunetrain.status"] == "interrupted"]
+    assert interrupted and all(r.info.status == "KILLED" for r in interrupted)
     parent_run_id = runs[0].data.tags["mlflow.parentRunId"]
     assert client.get_run(parent_run_id).info.status == "KILLED"
     # The summary says how to go on.

@@ -5,9 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,55 +197,6 @@ def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
     history = [m.value for m in sorted(client.get_metric_history(best.info.run_id, "val_loss"), key=lambda m: m.step)]
     # The best trial's last evaluation beats its first.
     assert history[-1] < history[0]
-
-
-SLOW = """
-import time
-
-import ray.train
-from ray import tune
-from tunetrain import Experiment
-
-
-def loop(config):
-    for step in range(10_000):
-        time.sleep(0.2)  # stands for a training step
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="slow", train_loop=loop, space={"x": tune.uniform(0, 1)}, metric="loss", mode="min",
-    scheduler="fifo", num_samples=4, seed=1,
-)
-"""
-
-
-def test_ctrl_c_prints_the_summary_and_leaves_nothing_running(workdir: Path) -> None:
-    path = write_experiment(workdir, SLOW)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tunetrain", "sweep", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=workdir,
-    )
-    assert process.stdout is not None
-    seen = []
-    for line in process.stdout:  # wait until a trial has reported (the live line shows a best value)
-        seen.append(line)
-        if "best loss=" in line:
-            break
-    process.send_signal(signal.SIGINT)  # Ctrl+C, to the tunetrain process alone
-    rest, _ = process.communicate(timeout=300)
-    out = "".join(seen) + rest
-    # No trial completed: exit 1, and the summary still comes, naming the sweep as interrupted.
-    assert process.returncode == 1, out
-    assert "interrupted" in out and "Best config:" in out and "mlflow ui" in out
-    _, parent, children = sweep_runs(workdir, "slow")
-    # Nothing stays RUNNING in MLflow: the sweep and its running trials are closed as killed.
-    assert parent.info.status == "KILLED"
-    assert children and all(r.info.status == "KILLED" for r in children)
-    assert {r.data.tags["tunetrain.status"] for r in children} == {"interrupted"}
 
 
 PARITY = """

@@ -772,4 +772,9 @@ def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> 
     except ExperimentError as exc:
         print(f"tunetrain: error: {exc}", file=sys.stderr if stream is None else out, flush=True)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        # A second Ctrl+C while the first one's clean-up runs: stop now. Every record is in
+        # the sweep's journal; `tunetrain resume` or `tunetrain sync` writes what is missing.
+        print("\ntunetrain: interrupted again; exiting now (tunetrain resume / sync finish the record).", file=out)
+        return 130
     return status
