@@ -7,6 +7,7 @@ from tunetrain.context import TrialContext, get_context
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
 from tunetrain.seeding import data_loader_seeding
+from tunetrain.training import StepRunner, StepStats
 
 __version__ = "0.1.0"
 
@@ -14,6 +15,8 @@ __all__ = [
     "CheckpointPolicy",
     "Experiment",
     "ExperimentError",
+    "StepRunner",
+    "StepStats",
     "StopRule",
     "TrialContext",
     "data_loader_seeding",
