@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,3 +70,67 @@ def test_data_loading_is_flagged_above_a_third_of_the_step() -> None:
     assert slow_data({"data_time_s": 0.5, "step_time_s": 1.0})
     assert not slow_data({"data_time_s": 0.2, "step_time_s": 1.0})
     assert not slow_data({"loss": 1.0})  # a loop that reports no timings is never flagged
+
+
+# A trial whose batch is "too large" hits a test hook raising torch's out-of-memory error;
+# the other trains with StepRunner and reports its timings.
+OOM = """
+import ray.train
+import torch
+from ray import tune
+from tunetrain import Experiment, StepRunner, StopRule
+
+
+def loop(config):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    runner = StepRunner(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                        accumulation_steps=config["train"]["accumulation_steps"])
+    batches = iter(lambda: torch.randn(config["train"]["batch_size"], 4), None)  # endless
+    for step in range(3):
+        if config["train"]["batch_size"] > 64 and step == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")  # the test hook
+        stats = runner.run(batches, lambda x: model(x).pow(2).mean())
+        ray.train.report({"loss": stats.loss, **stats.metrics()})
+
+
+experiment = Experiment(
+    name="oom", train_loop=loop, metric="loss", mode="min",
+    space={"train": {"batch_size": tune.grid_search([8, 128])}}, defaults={"train": {"accumulation_steps": 1}},
+    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=3), seed=1,
+)
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import run_cli, write_experiment
+
+    status, out = run_cli("sweep", str(write_experiment(workdir, OOM)), "--no-report")
+    assert status == 0, out  # the other trial completed
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("oom")
+    assert experiment is not None
+    runs = {
+        r.data.params["train.batch_size"]: r
+        for r in client.search_runs([experiment.experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    }
+    oom, ok = runs["128"], runs["8"]
+    # Its own status (not a generic failure), the error, and the batch settings it ran with.
+    assert oom.data.tags["tunetrain.status"] == "oom" and oom.info.status == "FAILED"
+    assert "out of memory" in oom.data.tags["tunetrain.error"]
+    assert json.loads(oom.data.tags["tunetrain.oom.batch_settings"]) == {
+        "train.batch_size": 128,
+        "train.accumulation_steps": 1,
+    }
+    # The worst value went to the scheduler and searcher, not into the record.
+    assert [m.step for m in client.get_metric_history(oom.info.run_id, "loss")] == [1]
+    # The summary names it and the remedies this experiment exposes.
+    assert "Out of memory: 1 trial(s)" in out
+    assert "train.batch_size: a smaller batch" in out and "train.accumulation_steps: more gradient" in out
+    # The trained trial's timings are in MLflow at every step.
+    for key in ("data_time_s", "compute_time_s", "step_time_s", "samples_per_s", "grad_norm", "effective_batch_size"):
+        assert [m.step for m in client.get_metric_history(ok.info.run_id, key)] == [1, 2, 3], key

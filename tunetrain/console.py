@@ -12,7 +12,7 @@ from typing import TextIO
 from tunetrain._space import flatten
 from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials
 
-_ORDER = ("running", "completed", "stopped_early", "diverged", "failed", "interrupted")
+_ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
 
 def _fmt(value: object) -> str:
@@ -143,6 +143,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             values = "  ".join(f"{metric}={_fmt(t.last.get(metric))}" for metric, _ in outcome.objectives)
             run = f"  run {outcome.run_ids[t.name]}" if t.name in outcome.run_ids else ""
             lines.append(f"  {t.name}  {values}{run}")
+    lines += _diagnoses(outcome.trials)
     errors = Counter(error_headline(t.error) for t in outcome.trials if t.status == "failed" and t.error)
     if errors:
         lines.append("")
@@ -162,3 +163,43 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     if outcome.log_path:
         lines.append(f"Ray logs: {outcome.log_path}")
     return "\n".join(lines)
+
+
+# Config keys (last part, dotted) a train loop may expose against running out of memory,
+# and what to set them to.
+_REMEDIES = (
+    ("batch_size", "a smaller batch"),
+    ("accumulation_steps", "more gradient accumulation steps (the same effective batch)"),
+    ("precision", "mixed precision: bf16"),
+    ("activation_checkpointing", "activation checkpointing: True"),
+    ("parallel_strategy", "sharding: fsdp"),
+)
+
+
+def _diagnoses(trials: list[TrialRecord]) -> list[str]:
+    """Lines on trials that ran out of memory (with the remedies the experiment exposes) and
+    on trials whose data loading takes over a third of each step."""
+    from tunetrain.training import slow_data
+
+    lines: list[str] = []
+    oom = [t for t in trials if t.status == "oom"]
+    if oom:
+        lines += ["", f"Out of memory: {len(oom)} trial(s) ({', '.join(t.name for t in oom[:8])})."]
+        keys = sorted({k for t in oom for k in flatten(t.config)})
+        exposed = [(k, what) for suffix, what in _REMEDIES for k in keys if k.rsplit(".", 1)[-1] == suffix]
+        if exposed:
+            lines.append("  Remedies this experiment exposes (--set KEY=VALUE, or narrow the space):")
+            lines += [f"    {key}: {what}" for key, what in exposed]
+        else:
+            lines.append(
+                "  The usual remedies: a smaller batch with gradient accumulation, mixed precision, activation "
+                "checkpointing, FSDP (tunetrain.StepRunner; see docs/training.md)."
+            )
+    slow = [t for t in trials if slow_data(t.last)]
+    if slow:
+        lines += [
+            "",
+            f"Data loading takes over a third of the step time in {len(slow)} trial(s) "
+            f"({', '.join(t.name for t in slow[:8])}): more DataLoader workers, pinned memory or prefetching may help.",
+        ]
+    return lines

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "failed", "interrupted"]
-ENDED = ("completed", "stopped_early", "diverged", "failed", "interrupted")
+TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted"]
+ENDED = ("completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
 
 @dataclasses.dataclass

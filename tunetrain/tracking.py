@@ -66,6 +66,7 @@ _RUN_STATUS = {
     "completed": "FINISHED",
     "stopped_early": "FINISHED",
     "diverged": "FINISHED",
+    "oom": "FAILED",
     "failed": "FAILED",
     "interrupted": "KILLED",
 }

@@ -61,6 +61,11 @@ DIVERGED_KEY = "tunetrain.diverged"
 # Where the trial's workers run: one "node_ip node_id" per rank, sent with the first report
 # and again when it changes (a restart, an elastic resize).
 NODES_KEY = "tunetrain.nodes"
+# A single-worker trial that ran out of memory reports this (its error and peak memory) with
+# the worst value of each objective, and ends; the sweep records it as "oom".
+OOM_KEY = "tunetrain.oom"
+# The line a multi-worker trial's error carries when a worker ran out of memory.
+OOM_MARK = "tunetrain: out of memory"
 
 
 def this_node() -> str:
@@ -197,6 +202,7 @@ def _worker_main(
     start_checkpoint: Any = None,
     deterministic: bool = False,
     mailbox: Any = None,
+    objectives: tuple[tuple[str, str], ...] = (),
 ) -> Callable[[dict[str, Any]], Any]:
     """Wrap the user's train loop: seed this worker and set its context, then run it unchanged."""
 
@@ -223,6 +229,16 @@ def _worker_main(
         )
         try:
             return train_loop(config)
+        except Exception as exc:
+            if not _out_of_memory(exc):
+                raise
+            peak = _peak_memory_gib()
+            if context.get_world_size() == 1 and objectives:
+                # The scheduler and searcher see the worst value; the trial ends as "oom".
+                worst = {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives}
+                ray.train.report({**worst, OOM_KEY: {"error": _headline(exc), "peak_memory_gib": peak}})
+                return None
+            raise RuntimeError(f"{OOM_MARK} (peak allocated {peak} GiB): {_headline(exc)}") from exc
         finally:
             _set_context(None)
 
@@ -288,6 +304,22 @@ class _ReportToTrial(UserCallback):
         ray.get(self._mailbox.put.remote((_WORKER_FAILED, "; ".join(reasons))))
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception is torch's out-of-memory error (CUDA, or any other device)."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _peak_memory_gib() -> float | None:
+    """The most GPU memory this process allocated (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+
+
 def _headline(exc: BaseException) -> str:
     """An exception's last line (for a worker's error: the user's exception, not Ray's wrapping)."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
@@ -317,6 +349,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             start_checkpoint=spec.start_checkpoint(),
             deterministic=spec.deterministic,
             mailbox=mailbox,
+            objectives=spec.objectives,
         ),
         train_loop_config=config,
         scaling_config=ScalingConfig(
@@ -451,7 +484,14 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     # one-worker TorchTrainer.
     session.world_rank = 0
     try:
-        _worker_main(spec.train_loop, name, index, spec.trial_seed(index), deterministic=spec.deterministic)(config)
+        _worker_main(
+            spec.train_loop,
+            name,
+            index,
+            spec.trial_seed(index),
+            deterministic=spec.deterministic,
+            objectives=spec.objectives,
+        )(config)
     finally:
         session.world_rank = None
         set_train_fn_utils(None)

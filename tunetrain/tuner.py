@@ -8,9 +8,11 @@ and a Tune callback hands every event to the MLflow recorder and the console vie
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -47,6 +49,8 @@ from tunetrain.trial import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
     NODES_KEY,
+    OOM_KEY,
+    OOM_MARK,
     RESTARTS_KEY,
     TrialNamer,
     TrialSpec,
@@ -415,6 +419,7 @@ class SweepCallback(tune.Callback):
         self._checkpointed: set[str] = set()
         # Trials by Tune trial id; a resumed sweep starts with what its journal recorded.
         self.records: dict[str, TrialRecord] = dict(records or {})
+        self._oom: dict[str, dict[str, Any]] = {}  # trials that ran out of memory: error, peak memory
         exp = plan.experiment
         self.score_attribute = exp.checkpoint.score_attribute or exp.primary_metric
         self.score_order = exp.checkpoint.score_order or exp.primary_mode
@@ -484,6 +489,10 @@ class SweepCallback(tune.Callback):
         if record is None:
             return
         step = int(result.get("training_iteration", record.iterations + 1))
+        oom = result.get(OOM_KEY)
+        if oom:  # the worst value went to the scheduler and searcher; the record gets what happened
+            self._oom[trial.trial_id] = dict(oom)
+            return
         restarts = result.get(RESTARTS_KEY)
         if restarts:  # Train restarted the workers from the latest checkpoint before this report
             self._restarted(record, list(restarts))
@@ -599,7 +608,9 @@ class SweepCallback(tune.Callback):
         record = self.records.get(trial.trial_id)
         if record is None:
             return
-        if trial.trial_id in self.stopper.diverged:
+        if trial.trial_id in self._oom:
+            self._end_oom(record, self._oom[trial.trial_id])
+        elif trial.trial_id in self.stopper.diverged:
             self._end(record, "diverged")
         elif self.stopper.bad_input is not None:
             failed = self.plan.experiment.primary_metric not in record.last
@@ -608,6 +619,15 @@ class SweepCallback(tune.Callback):
             self._end(record, "stopped_early")
         else:
             self._end(record, "completed")
+
+    def _end_oom(self, record: TrialRecord, oom: Mapping[str, Any]) -> None:
+        """End a trial that ran out of memory: its peak memory and batch settings go on its run."""
+        settings = {k: v for k, v in _space.flatten(record.config).items() if _BATCH_SETTING.search(k)}
+        tags: dict[str, Any] = {"tunetrain.oom.batch_settings": json.dumps(settings, default=str)}
+        if oom.get("peak_memory_gib") is not None:
+            tags["tunetrain.oom.peak_memory_gib"] = oom["peak_memory_gib"]
+        self.recorder.set_tags(record.name, tags)
+        self._end(record, "oom", error=str(oom.get("error") or "out of memory"))
 
     def _ran_full_budget(self, record: TrialRecord) -> bool:
         """A trial the scheduler stopped at the stop rule's last iteration ran its whole budget
@@ -622,7 +642,13 @@ class SweepCallback(tune.Callback):
             # It failed before it started (e.g. its actor could not be created): it still gets
             # a run, with the error, so the failure is visible.
             self.on_trial_start(iteration, trials, trial)
-        self._end(self.records[trial.trial_id], "failed", error=_trial_error(trial))
+        error = _trial_error(trial)
+        record = self.records[trial.trial_id]
+        if OOM_MARK in error or "OutOfMemoryError" in error:
+            peak = re.search(r"peak allocated ([0-9.]+) GiB", error)
+            self._end_oom(record, {"error": error, "peak_memory_gib": float(peak.group(1)) if peak else None})
+        else:
+            self._end(record, "failed", error=error)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self._record_exploits()
@@ -661,6 +687,10 @@ class SweepCallback(tune.Callback):
         for record in unfinished:
             self._end(record, "interrupted")
         return bool(unfinished)
+
+
+# Config keys that set how much memory a step takes (recorded when a trial runs out of it).
+_BATCH_SETTING = re.compile(r"batch|accum|precision|checkpointing|parallel|context|seq|block", re.IGNORECASE)
 
 
 def _last_failure(text: str) -> str:
