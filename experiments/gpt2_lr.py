@@ -5,9 +5,13 @@
 #   python -m tunetrain sweep experiments/gpt2_lr.py --num-samples 8 --set train.max_steps=200
 #   python -m tunetrain sweep experiments/gpt2_lr.py --set model=gpt2      # pretrained GPT-2 (needs the hub)
 #   python -m tunetrain sweep experiments/gpt2_lr.py --smoke               # one tiny trial first
+#   python -m tunetrain sweep experiments/gpt2_lr.py --use-gpu --set train.precision=bf16   # on GPUs
+#   python -m tunetrain sweep experiments/gpt2_lr.py --workers-per-trial 2 --set train.parallel_strategy=fsdp
 #
-# Every evaluation reports train_loss, val_loss and val_ppl and saves a checkpoint; a
-# trial restarted by Ray Train resumes from its latest checkpoint.
+# Every evaluation reports train_loss, val_loss and val_ppl, the step's timings and
+# throughput (tokens/s) and saves a checkpoint; a trial restarted by Ray Train resumes from
+# its latest checkpoint. Precision, gradient accumulation, clipping, activation
+# checkpointing and DDP/FSDP are settings under "train" (tunetrain.StepRunner does the step).
 
 from __future__ import annotations
 
@@ -19,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import ray.train
-import ray.train.torch
 import torch
 from ray import tune
 
-from tunetrain import CheckpointPolicy, Experiment, ExperimentError, StopRule, get_context
+from tunetrain import CheckpointPolicy, Experiment, ExperimentError, StepRunner, StopRule, get_context
+from tunetrain.training import combine, load_state_dicts, prepare_model, state_dicts
 
 PRETRAINED = "gpt2"  # --set model=gpt2 loads these weights and this tokenizer from the hub
 
@@ -83,56 +87,63 @@ def train_loop(config: dict[str, Any]) -> None:
         starts = torch.randint(0, len(data) - context - 1, (train_cfg["batch_size"],), generator=gen)
         return torch.stack([data[s : s + context] for s in starts.tolist()])
 
-    model = ray.train.torch.prepare_model(build_model(config, vocab_size))
+    model = build_model(config, vocab_size)
+    if train_cfg["activation_checkpointing"]:  # recompute activations in backward: less memory, more compute
+        model.gradient_checkpointing_enable()
+    model = prepare_model(model, parallel_strategy=train_cfg["parallel_strategy"])  # Ray's, with FSDP on CPU too
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
     warmup = max(1, int(config["warmup_frac"] * train_cfg["max_steps"]))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    runner = StepRunner(
+        model,
+        optimizer,
+        precision=train_cfg["precision"],
+        accumulation_steps=train_cfg["accumulation_steps"],
+        clip_norm=train_cfg["grad_clip"],
+        scheduler=schedule,
+    )
+    batches = iter(lambda: batch(train_ids, generator), None)  # endless random training batches
 
     step = 0
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:  # restarted by Ray Train: go on from the latest checkpoint
         with checkpoint.as_directory() as folder:
             state = torch.load(os.path.join(folder, "state.pt"))
-        getattr(model, "module", model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_state_dicts(model, optimizer, state["model"], state["optimizer"])  # DDP or FSDP alike
         schedule.load_state_dict(state["schedule"])
         step = state["step"]
 
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=x, labels=x).loss
+
     while step < train_cfg["max_steps"]:
         model.train()
-        losses = []
+        stats = []
         for _ in range(train_cfg["eval_every"]):
-            x = batch(train_ids, generator)
-            loss = model(input_ids=x, labels=x).loss
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg["grad_clip"])
-            optimizer.step()
-            schedule.step()
-            losses.append(loss.item())
+            stats.append(runner.run(batches, loss_of))  # accumulation_steps batches, one optimizer step
             step += 1
         model.eval()
         val_gen = torch.Generator().manual_seed(0)  # the same validation batches every time
-        with torch.no_grad():
+        with torch.no_grad(), runner.autocast():
             val_loss = (
-                sum(
-                    model(input_ids=(x := batch(val_ids, val_gen)), labels=x).loss.item()
-                    for _ in range(train_cfg["eval_batches"])
-                )
+                sum(loss_of(batch(val_ids, val_gen)).item() for _ in range(train_cfg["eval_batches"]))
                 / train_cfg["eval_batches"]
             )
+        period = combine(stats)  # the evaluation period's mean step: loss, grad norm, timings
         metrics = {
             "step": step,
-            "train_loss": sum(losses) / len(losses),
+            "train_loss": period.loss,
             "val_loss": val_loss,
             "val_ppl": math.exp(min(val_loss, 50.0)),
             "lr": schedule.get_last_lr()[0],
+            **period.metrics(tokens_per_sample=context),  # data/compute time, samples/s, tokens/s
         }
+        model_state, optimizer_state = state_dicts(model, optimizer)  # every rank: FSDP gathers shards
         with tempfile.TemporaryDirectory() as folder:
             if ray.train.get_context().get_world_rank() == 0:
                 state = {
-                    "model": getattr(model, "module", model).state_dict(),
-                    "optimizer": optimizer.state_dict(),
+                    "model": model_state,
+                    "optimizer": optimizer_state,
                     "schedule": schedule.state_dict(),
                     "step": step,
                 }
@@ -182,9 +193,13 @@ experiment = Experiment(
         "train": {
             "max_steps": 300,  # optimizer steps per trial
             "eval_every": 50,  # steps between evaluations (one report and checkpoint each)
-            "batch_size": 16,  # sequences per step per worker
+            "batch_size": 16,  # sequences per micro-batch per worker
+            "accumulation_steps": 1,  # micro-batches per optimizer step (effective batch = batch_size x this x workers)
+            "precision": "fp32",  # "bf16" (CPU or GPU) or "fp16" (GPU) autocast
+            "activation_checkpointing": False,  # recompute activations in backward: less memory
+            "parallel_strategy": "ddp",  # "ddp" or "fsdp" (sharded) with several workers
             "eval_batches": 8,  # validation batches per evaluation
-            "grad_clip": 1.0,  # max gradient norm
+            "grad_clip": 1.0,  # max gradient norm (the pre-clip norm is reported as grad_norm)
         },
         "data": {"max_bytes": 2_000_000},  # bytes of standard-library source to train on
     },

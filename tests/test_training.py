@@ -131,6 +131,9 @@ def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path)
     # The summary names it and the remedies this experiment exposes.
     assert "Out of memory: 1 trial(s)" in out
     assert "train.batch_size: a smaller batch" in out and "train.accumulation_steps: more gradient" in out
+    # The device it ran on is recorded (type, name, memory).
+    assert ok.data.tags["tunetrain.device"] == "cpu" and ok.data.tags["tunetrain.device_name"]
+    assert float(ok.data.tags["tunetrain.device_memory_gib"]) > 0
     # The trained trial's timings are in MLflow at every step.
     for key in ("data_time_s", "compute_time_s", "step_time_s", "samples_per_s", "grad_norm", "effective_batch_size"):
         assert [m.step for m in client.get_metric_history(ok.info.run_id, key)] == [1, 2, 3], key

@@ -166,6 +166,74 @@ class StepRunner:
         )
 
 
+def prepare_model(model: torch.nn.Module, *, parallel_strategy: Literal["ddp", "fsdp"] = "ddp") -> torch.nn.Module:
+    """``ray.train.torch.prepare_model`` (device placement, DDP or FSDP across the trial's
+    workers), with FSDP on CPU too.
+
+    Ray Train refuses FSDP without GPUs ("FSDP is only available with GPU-enabled
+    training"), but torch's FSDP shards and trains on CPU over gloo; on CPU the model is
+    wrapped in torch's ``FullyShardedDataParallel`` directly, as Ray would on GPU. One worker:
+    nothing to wrap.
+    """
+    import ray.train
+    import ray.train.torch
+
+    if parallel_strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"parallel_strategy must be 'ddp' or 'fsdp', but got {parallel_strategy=}.")
+    if parallel_strategy == "fsdp" and ray.train.get_context().get_world_size() > 1:
+        device = ray.train.torch.get_device()
+        if device.type == "cpu":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            return FSDP(model.to(device), device_id=device)
+    return ray.train.torch.prepare_model(model, parallel_strategy=parallel_strategy)
+
+
+def combine(stats: list[StepStats]) -> StepStats:
+    """Several steps as one average step (for a report every few steps): mean loss, norm,
+    times and samples, so that throughput and the data-time share stay what they were."""
+    n = len(stats)
+    peaks = [s.peak_memory_gib for s in stats if s.peak_memory_gib is not None]
+    return StepStats(
+        loss=sum(s.loss for s in stats) / n,
+        grad_norm=sum(s.grad_norm for s in stats) / n,
+        data_s=sum(s.data_s for s in stats) / n,
+        compute_s=sum(s.compute_s for s in stats) / n,
+        samples=round(sum(s.samples for s in stats) / n),
+        peak_memory_gib=max(peaks) if peaks else None,
+    )
+
+
+def state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full model and optimizer state to checkpoint, for a plain, DDP or FSDP model.
+
+    Under FSDP every rank must call this (it gathers the shards); the result is the whole
+    state, as a single-process model would have it, so a checkpoint loads under any strategy.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(model, FSDP):
+        return model.state_dict(), FSDP.optim_state_dict(model, optimizer)
+    return getattr(model, "module", model).state_dict(), optimizer.state_dict()
+
+
+def load_state_dicts(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state: dict[str, Any],
+    optimizer_state: dict[str, Any],
+) -> None:
+    """Load what :func:`state_dicts` saved (every rank, under FSDP)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(model, FSDP):
+        model.load_state_dict(model_state)
+        optimizer.load_state_dict(FSDP.optim_state_dict_to_load(model, optimizer, optimizer_state))
+        return
+    getattr(model, "module", model).load_state_dict(model_state)
+    optimizer.load_state_dict(optimizer_state)
+
+
 def _batch_size(batch: Any) -> int:
     """The number of samples in a batch: a tensor's first dimension, or the first tensor's
     of a tuple, list or dict."""

@@ -58,8 +58,9 @@ DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
 # see the worst value instead, see :func:`worst_for_diverged`).
 RESTARTS_KEY = "tunetrain.restarts"
 DIVERGED_KEY = "tunetrain.diverged"
-# Where the trial's workers run: one "node_ip node_id" per rank, sent with the first report
-# and again when it changes (a restart, an elastic resize).
+# Where the trial's workers run: per rank, the node (IP, id) and the device (see
+# :func:`this_node`), sent with the first report and again when it changes (a restart, an
+# elastic resize).
 NODES_KEY = "tunetrain.nodes"
 # A single-worker trial that ran out of memory reports this (its error and peak memory) with
 # the worst value of each objective, and ends; the sweep records it as "oom".
@@ -68,10 +69,26 @@ OOM_KEY = "tunetrain.oom"
 OOM_MARK = "tunetrain: out of memory"
 
 
-def this_node() -> str:
-    """This process's Ray node: its IP address and node id."""
+def this_node() -> dict[str, Any]:
+    """This worker's Ray node (IP address, node id) and device: type, name and memory (GiB)."""
+    import torch
+
+    from tunetrain import provenance
+
     context = ray.get_runtime_context()
-    return f"{ray.util.get_node_ip_address()} {context.get_node_id()}"
+    node = {"ip": ray.util.get_node_ip_address(), "node_id": context.get_node_id()}
+    gpus = context.get_accelerator_ids().get("GPU") or []
+    if gpus and torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        properties = torch.cuda.get_device_properties(index)
+        return {
+            **node,
+            "device": f"cuda:{index}",
+            "device_name": properties.name,
+            "device_memory_gib": round(properties.total_memory / 2**30, 1),
+        }
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {**node, "device": "cpu", "device_name": provenance.cpu_model(), "device_memory_gib": round(memory, 1)}
 
 
 _NAME = "trial_{:04d}"
@@ -252,7 +269,7 @@ class _Mailbox:
     def __init__(self) -> None:
         self._items: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
         self._acks: asyncio.Queue[None] = asyncio.Queue()
-        self._nodes: list[str] = []  # per rank of the current worker group
+        self._nodes: list[dict[str, Any]] = []  # per rank of the current worker group
 
     async def put(self, item: Any) -> None:
         """Deliver ``item`` and return once the driver has acknowledged it."""
@@ -265,12 +282,12 @@ class _Mailbox:
     async def ack(self) -> None:
         await self._acks.put(None)
 
-    def note_node(self, rank: int, world_size: int, node: str) -> None:
+    def note_node(self, rank: int, world_size: int, node: dict[str, Any]) -> None:
         if world_size != len(self._nodes):  # a new worker group (restart or resize)
-            self._nodes = [""] * world_size
+            self._nodes = [{} for _ in range(world_size)]
         self._nodes[rank] = node
 
-    def nodes(self) -> list[str]:
+    def nodes(self) -> list[dict[str, Any]]:
         return list(self._nodes)
 
 
@@ -385,7 +402,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     controller = None
     ended = False
     restarts: list[str] = []  # worker failures since the last report
-    nodes: list[str] = []  # where the workers ran, as last reported
+    nodes: list[dict[str, Any]] = []  # where the workers ran, as last reported
     try:
         while True:
             item = ray.get(mailbox.get.remote())
@@ -423,8 +440,10 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         # restarting workers) is not needed once its run has ended.
         shutil.rmtree(os.path.join(spec.storage_path, run_name), ignore_errors=True)
     if failure:
-        if restarts:  # the failures that used up the trial's restarts, with the last error
-            raise RuntimeError(f"worker failures before the last one: {' | '.join(restarts)}") from failure[0]
+        # Train tells of every failure, the last (which ended the run) too; the earlier ones
+        # used up the trial's restarts and go with the error.
+        if restarts[:-1]:
+            raise RuntimeError(f"worker failures before the last one: {' | '.join(restarts[:-1])}") from failure[0]
         raise failure[0]
 
 

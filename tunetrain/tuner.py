@@ -497,13 +497,16 @@ class SweepCallback(tune.Callback):
         if restarts:  # Train restarted the workers from the latest checkpoint before this report
             self._restarted(record, list(restarts))
         nodes = result.get(NODES_KEY)
-        if nodes:  # where the trial's workers run (rank order): IP address and Ray node id
+        if nodes:  # where the trial's workers run (rank order): node and device
             self.recorder.set_tags(
                 record.name,
                 {
-                    "tunetrain.nodes": ",".join(n.split()[0] for n in nodes),
-                    "tunetrain.node_ids": ",".join(n.split()[-1] for n in nodes),
+                    "tunetrain.nodes": ",".join(n["ip"] for n in nodes),
+                    "tunetrain.node_ids": ",".join(n["node_id"] for n in nodes),
                     "tunetrain.world_size": len(nodes),
+                    "tunetrain.device": ",".join(n["device"] for n in nodes),
+                    "tunetrain.device_name": nodes[0]["device_name"],
+                    "tunetrain.device_memory_gib": nodes[0]["device_memory_gib"],
                 },
             )
         if step <= record.iterations and not self.population_based:
