@@ -573,7 +573,7 @@ def replay_parser(subparsers: Any) -> None:
     parser.add_argument("run_id", help="the trial's MLflow run id (`tunetrain show SWEEP --all-columns`)")
     parser.add_argument("--steps", type=int, help="steps to run (default: as many as the trial recorded)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
-    parser.add_argument("--storage", default="tunetrain_results", help="where the replay's checkpoints go")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the replay's checkpoints go")
     parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
     parser.set_defaults(command=replay_command)
 
@@ -638,7 +638,7 @@ def resume_parser(subparsers: Any) -> None:
         "trial in its own MLflow run. Exit 0 when the sweep already finished.",
     )
     parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
-    parser.add_argument("--storage", default="tunetrain_results", help="where the sweep ran (its --storage)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the sweep ran (its --storage)")
     parser.add_argument("--num-samples", type=int, help="run more trials than the sweep started with")
     parser.set_defaults(command=resume_command)
 
@@ -679,7 +679,7 @@ def sync_parser(subparsers: Any) -> None:
         "outlasted the sweep), without doubling what is there. Exit 0 when everything is in the store.",
     )
     parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
-    parser.add_argument("--storage", default="tunetrain_results", help="where the sweep ran (its --storage)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the sweep ran (its --storage)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the store (default 120)")
     parser.set_defaults(command=sync_command)
 
