@@ -87,7 +87,7 @@ def train_loop(config: dict[str, Any]) -> None:
         starts = torch.randint(0, len(data) - context - 1, (train_cfg["batch_size"],), generator=gen)
         return torch.stack([data[s : s + context] for s in starts.tolist()])
 
-    model = build_model(config, vocab_size)
+    model: Any = build_model(config, vocab_size)  # transformers' GPT2LMHeadModel
     if train_cfg["activation_checkpointing"]:  # recompute activations in backward: less memory, more compute
         model.gradient_checkpointing_enable()
     model = prepare_model(model, parallel_strategy=train_cfg["parallel_strategy"])  # Ray's, with FSDP on CPU too

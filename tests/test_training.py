@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def tiny_gpt2(seed: int) -> torch.nn.Module:
     return GPT2LMHeadModel(config)
 
 
-def gpt2_loss(model: torch.nn.Module) -> object:
+def gpt2_loss(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: model(input_ids=x, labels=x).loss
 
 
@@ -137,3 +138,29 @@ def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path)
     # The trained trial's timings are in MLflow at every step.
     for key in ("data_time_s", "compute_time_s", "step_time_s", "samples_per_s", "grad_norm", "effective_batch_size"):
         assert [m.step for m in client.get_metric_history(ok.info.run_id, key)] == [1, 2, 3], key
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_two_worker_fsdp_gpt2_trial_trains_checkpoints_and_resumes_on_cpu(workdir: Path) -> None:
+    from tests.conftest import EXPERIMENTS, run_cli
+
+    # --smoke: a tiny trial, then a second trial started from the first one's checkpoint.
+    _, out = run_cli(
+        "sweep",
+        str(EXPERIMENTS / "gpt2_lr.py"),
+        "--smoke",
+        "--smoke-steps",
+        "3",
+        "--workers-per-trial",
+        "2",
+        "--set",
+        "train.parallel_strategy=fsdp",  # sharded over the two workers (gloo)
+        "--set",
+        "train.accumulation_steps=2",
+        "--set",
+        "train.precision=bf16",
+    )
+    # Both workers trained the sharded model and reported the validation loss ...
+    assert "PASS  metric: val_loss reported" in out, out
+    # ... and the full state they saved loaded back into a new sharded trial, which trained on.
+    assert "PASS  checkpoint: saved at step" in out and "loaded back" in out, out
