@@ -28,6 +28,7 @@ class _NullRecorder:
     experiment_id = None
     error_count = 0
     first_error = None
+    unsent = 0
 
     def __init__(self, **kwargs: Any) -> None:
         pass
