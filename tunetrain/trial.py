@@ -180,8 +180,13 @@ def worst_for_diverged(metrics: dict[str, Any], objectives: tuple[tuple[str, str
     }
     if not diverged:
         return metrics
-    worst = {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives if metric in diverged}
+    worst = {metric: value for metric, value in worst_values(objectives).items() if metric in diverged}
     return {**metrics, **worst, DIVERGED_KEY: diverged}
+
+
+def worst_values(objectives: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    """The worst value of each objective: +inf to minimise, -inf to maximise."""
+    return {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives}
 
 
 def make_deterministic() -> None:
@@ -252,8 +257,8 @@ def _worker_main(
             peak = _peak_memory_gib()
             if context.get_world_size() == 1 and objectives:
                 # The scheduler and searcher see the worst value; the trial ends as "oom".
-                worst = {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives}
-                ray.train.report({**worst, OOM_KEY: {"error": _headline(exc), "peak_memory_gib": peak}})
+                oom = {"error": _headline(exc), "peak_memory_gib": peak}
+                ray.train.report({**worst_values(objectives), OOM_KEY: oom})
                 return None
             raise RuntimeError(f"{OOM_MARK} (peak allocated {peak} GiB): {_headline(exc)}") from exc
         finally:
