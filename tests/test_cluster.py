@@ -98,6 +98,13 @@ class Cluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    import ray
+
+    # Ray Train V2 asks the State API for its actors with no address, which fails with
+    # "Found multiple active Ray instances" while another Ray runs on the machine (this test
+    # process's own, from earlier tests): its placement groups then outlive their trials.
+    # The cluster is the only Ray here; later tests start their own again.
+    ray.shutdown()
     started = Cluster(tmp_path)
     try:
         started.start_server()
