@@ -141,6 +141,33 @@ def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path)
 
 
 @pytest.mark.usefixtures("ray_cluster")
+def test_a_two_worker_trial_out_of_memory_is_oom_and_the_worst_value_for_the_searcher(workdir: Path) -> None:
+    from mlflow.tracking import MlflowClient
+    from ray import tune
+
+    from tests.conftest import run_cli, write_experiment
+
+    # Only the trial that runs out of memory, on two workers (a TorchTrainer over gloo).
+    body = OOM.replace("tune.grid_search([8, 128])", "tune.grid_search([128])")
+    status, out = run_cli("sweep", str(write_experiment(workdir, body)), "--workers-per-trial", "2", "--no-report")
+    assert status == 1, out  # exit 1: no trial completed (the only one ran out of memory)
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("oom")
+    assert experiment is not None
+    (run,) = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    # Its own status with the error and the settings, as for one worker ...
+    assert run.data.tags["tunetrain.status"] == "oom" and run.info.status == "FAILED", run.data.tags
+    assert "out of memory" in run.data.tags["tunetrain.error"]
+    assert json.loads(run.data.tags["tunetrain.oom.batch_settings"])["train.batch_size"] == 128
+    # ... the record keeps the step before, not the worst value ...
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1]
+    # ... and Tune (its scheduler and searcher) got the worst value, not a failed trial.
+    (state,) = (workdir / "tunetrain_results").glob("*/experiment_state-*.json")
+    (trial,) = tune.ExperimentAnalysis(str(state.parent)).trials
+    assert trial.status == "TERMINATED" and trial.last_result["loss"] == math.inf
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_two_worker_fsdp_gpt2_trial_trains_checkpoints_and_resumes_on_cpu(workdir: Path) -> None:
     from tests.conftest import EXPERIMENTS, run_cli
 

@@ -257,9 +257,10 @@ def _worker_main(
             peak = _peak_memory_gib()
             if context.get_world_size() == 1 and objectives:
                 # The scheduler and searcher see the worst value; the trial ends as "oom".
-                oom = {"error": _headline(exc), "peak_memory_gib": peak}
-                ray.train.report({**worst_values(objectives), OOM_KEY: oom})
+                ray.train.report({**worst_values(objectives), OOM_KEY: _oom_record(exc, peak)})
                 return None
+            # With several workers the others wait in collectives for this one: the Train
+            # run fails, and the trial driver reports the worst value (see run_trial).
             raise RuntimeError(f"{OOM_MARK} (peak allocated {peak} GiB): {_headline(exc)}") from exc
         finally:
             _set_context(None)
@@ -340,6 +341,20 @@ def _peak_memory_gib() -> float | None:
     if not torch.cuda.is_available():
         return None
     return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+
+
+def _oom_record(exc: BaseException, peak: float | None) -> dict[str, Any]:
+    """What the sweep records of an out-of-memory error (under :data:`OOM_KEY`)."""
+    return {"error": _headline(exc), "peak_memory_gib": peak}
+
+
+def _oom_in_failed_run(exc: BaseException) -> dict[str, Any] | None:
+    """The out-of-memory record of a Train run that failed because a worker ran out of memory."""
+    text = str(exc)
+    if OOM_MARK not in text:
+        return None
+    peak = re.search(r"peak allocated ([0-9.]+) GiB", text)
+    return {"error": _headline(exc), "peak_memory_gib": float(peak.group(1)) if peak else None}
 
 
 def _headline(exc: BaseException) -> str:
@@ -444,6 +459,12 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         # Tune holds copies of every checkpoint it kept; Train's own (its latest, for
         # restarting workers) is not needed once its run has ended.
         shutil.rmtree(os.path.join(spec.storage_path, run_name), ignore_errors=True)
+    oom = _oom_in_failed_run(failure[0]) if failure and spec.objectives else None
+    if oom is not None:
+        # As for a single worker: the scheduler and searcher see the worst value (a failed
+        # trial teaches Optuna nothing), and the sweep records the trial as "oom".
+        tune.report({**worst_values(spec.objectives), OOM_KEY: oom})
+        return
     if failure:
         # Train tells of every failure, the last (which ended the run) too; the earlier ones
         # used up the trial's restarts and go with the error.
