@@ -104,6 +104,13 @@ def test_pretrained_gpt2_without_a_hub_is_refused_before_anything_starts(monkeyp
     assert "needs the pretrained GPT-2 weights from the Hugging Face hub" in out
 
 
+def test_hugging_face_trainer_experiment_refuses_a_last_step_it_would_not_evaluate() -> None:
+    status, out = run_cli("sweep", str(EXPERIMENTS / "gpt2_hf_trainer.py"), "--set", "train.eval_every=7")
+    # Refused before Ray starts, with the rule, both values and the fix.
+    assert status == 2
+    assert "train.max_steps must be a multiple of train.eval_every" in out and "max_steps=300, eval_every=7" in out
+
+
 @pytest.mark.parametrize("command", [["tunetrain"], [sys.executable, "-m", "tunetrain"]], ids=["script", "module"])
 def test_console_script_and_module_both_run_the_cli(command: list[str]) -> None:
     result = subprocess.run([*command, "sweep", "--help"], capture_output=True, text=True, timeout=120, check=False)

@@ -199,6 +199,45 @@ def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
     assert history[-1] < history[0]
 
 
+def test_hugging_face_trainer_sweep_is_tuned_like_a_hand_written_loop(workdir: Path) -> None:
+    status, out = run_cli(
+        "sweep",
+        str(EXPERIMENTS / "gpt2_hf_trainer.py"),
+        "--num-samples",
+        "6",
+        "--set",
+        "train.max_steps=8",
+        "--set",
+        "train.eval_every=2",
+        "--set",
+        "data.max_bytes=200000",
+    )
+    assert status == 0, out
+    client, parent, children = sweep_runs(workdir, "gpt2_hf_trainer")
+    assert len(children) == 6
+    statuses = by_status(children)
+    # ASHA (rungs at evaluations 2 and 4) decides on the Trainer's reports: a trial runs its
+    # 4 evaluations, or is stopped at a rung.
+    assert set(statuses) <= {"completed", "stopped_early"}, statuses.keys()
+    assert all(r.data.tags["tunetrain.iterations"] == "4" for r in statuses.get("completed", []))
+    assert all(r.data.tags["tunetrain.iterations"] in ("2", "4") for r in statuses.get("stopped_early", []))
+    for run in children:
+        evaluations = int(run.data.tags["tunetrain.iterations"])
+        # Every evaluation is in MLflow: the Trainer's eval_loss, loss and pre-clip grad norm,
+        # its global step, and the throughput the experiment adds ...
+        for key in ("eval_loss", "loss", "grad_norm", "learning_rate", "tokens_per_s"):
+            history = client.get_metric_history(run.info.run_id, key)
+            assert sorted(m.step for m in history) == list(range(1, evaluations + 1)), (key, history)
+        steps = client.get_metric_history(run.info.run_id, "step")
+        assert sorted(m.value for m in steps) == [2.0 * k for k in range(1, evaluations + 1)]
+        # ... and each evaluation's checkpoint (the Trainer's own files) is Tune's.
+        latest = Path(run.data.tags["tunetrain.checkpoint.latest"])
+        assert (latest / "checkpoint" / "model.safetensors").is_file(), latest
+    # The best trial is the one with the lowest eval_loss.
+    best = min(children, key=lambda r: r.data.metrics["eval_loss"])
+    assert parent.data.tags["tunetrain.best_run_id"] == best.info.run_id
+
+
 PARITY = """
 import os
 import tempfile
