@@ -490,7 +490,8 @@ class SweepRecorder:
         self._pending_since = None
 
     def _points(self, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
-        return {(key, m.step) for key in keys for m in self._client.get_metric_history(run_id, key)}
+        """The (metric, step) points of ``keys`` already in the run."""
+        return {(key, step) for _, key, step, _, _ in _metric_points(self._client, [run_id], sorted(keys))}
 
     def _log_params_and_tags(self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> None:
         param_list = [Param(key, _trim(str(value), _MAX_PARAM_LENGTH)) for key, value in params.items()]
@@ -910,49 +911,9 @@ class SweepStore:
 
     def histories(self, run_ids: Sequence[str], keys: Iterable[str]) -> pd.DataFrame:
         """Every recorded point of the metrics ``keys`` of the runs ``run_ids``: a DataFrame
-        with columns run_id, metric, step, value, timestamp (seconds), in no set order.
-
-        A SQL store (sqlite, PostgreSQL, MySQL) is read with one SELECT over MLflow's own
-        ``metrics`` table model per 500 runs: MLflow's ``get_metric_history_bulk`` builds a
-        Metric object per point and took 8.6 s for 300,000 points where the SELECT takes
-        0.9 s (benchmarks/analysis_load.py). A tracking server gets one
-        ``get_metric_history`` per run and metric, 8 in flight.
-        """
-        keys = list(keys)
+        with columns run_id, metric, step, value, timestamp (seconds), in no set order."""
         columns = ["run_id", "metric", "step", "value", "timestamp"]
-        store = self._client._tracking_client.store
-        rows: list[tuple[str, str, int, float, float]] = []
-        if hasattr(store, "ManagedSessionMaker") and keys:
-            import sqlalchemy as sa
-            from mlflow.store.tracking.dbmodels.models import SqlMetric
-
-            for start in range(0, len(run_ids), 500):
-                query: Any = sa.select(
-                    SqlMetric.run_uuid,
-                    SqlMetric.key,
-                    SqlMetric.step,
-                    SqlMetric.value,
-                    SqlMetric.timestamp,
-                    SqlMetric.is_nan,
-                ).where(SqlMetric.key.in_(keys), SqlMetric.run_uuid.in_(list(run_ids[start : start + 500])))
-                with store.ManagedSessionMaker() as session:
-                    # MLflow stores NaN as 0 with is_nan set (its Metric entity reads it back the same way).
-                    rows.extend(
-                        (run, key, step, math.nan if is_nan else value, ts / 1000)
-                        for run, key, step, value, ts, is_nan in session.execute(query)
-                    )
-            return pd.DataFrame.from_records(rows, columns=columns)
-
-        def one(pair: tuple[str, str]) -> list[tuple[str, str, int, float, float]]:
-            run_id, key = pair
-            return [
-                (run_id, key, m.step, m.value, m.timestamp / 1000) for m in self._client.get_metric_history(run_id, key)
-            ]
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for points in pool.map(one, [(r, k) for r in run_ids for k in keys]):
-                rows.extend(points)
-        return pd.DataFrame.from_records(rows, columns=columns)
+        return pd.DataFrame.from_records(_metric_points(self._client, run_ids, list(keys)), columns=columns)
 
     def run(self, run_id: str) -> RunRecord:
         """One run by id; an unknown id is bad input."""
@@ -994,3 +955,51 @@ class SweepStore:
     def log_artifacts(self, run_id: str, files: Iterable[str | Path], *, artifact_path: str) -> None:
         for file in files:
             self._client.log_artifact(run_id, str(file), artifact_path=artifact_path)
+
+
+def _metric_points(
+    client: MlflowClient, run_ids: Sequence[str], keys: list[str]
+) -> list[tuple[str, str, int, float, float]]:
+    """Every recorded point of the metrics ``keys`` of the runs ``run_ids``, as (run_id,
+    metric, step, value, timestamp in seconds): what the analysis reads, and what the
+    recorder checks before it sends points again.
+
+    A SQL store (sqlite, PostgreSQL, MySQL) is read with one SELECT over MLflow's own
+    ``metrics`` table model per 500 runs: MLflow's ``get_metric_history_bulk`` builds a
+    Metric object per point and took 8.6 s for 300,000 points where the SELECT takes
+    0.9 s (benchmarks/analysis_load.py). A tracking server gets one
+    ``get_metric_history`` per run and metric, 8 in flight.
+    """
+    store = client._tracking_client.store
+    rows: list[tuple[str, str, int, float, float]] = []
+    if not keys or not run_ids:
+        return rows
+    if hasattr(store, "ManagedSessionMaker"):
+        import sqlalchemy as sa
+        from mlflow.store.tracking.dbmodels.models import SqlMetric
+
+        for start in range(0, len(run_ids), 500):
+            query: Any = sa.select(
+                SqlMetric.run_uuid,
+                SqlMetric.key,
+                SqlMetric.step,
+                SqlMetric.value,
+                SqlMetric.timestamp,
+                SqlMetric.is_nan,
+            ).where(SqlMetric.key.in_(keys), SqlMetric.run_uuid.in_(list(run_ids[start : start + 500])))
+            with store.ManagedSessionMaker() as session:
+                # MLflow stores NaN as 0 with is_nan set (its Metric entity reads it back the same way).
+                rows.extend(
+                    (run, key, step, math.nan if is_nan else value, ts / 1000)
+                    for run, key, step, value, ts, is_nan in session.execute(query)
+                )
+        return rows
+
+    def one(pair: tuple[str, str]) -> list[tuple[str, str, int, float, float]]:
+        run_id, key = pair
+        return [(run_id, key, m.step, m.value, m.timestamp / 1000) for m in client.get_metric_history(run_id, key)]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for points in pool.map(one, [(r, k) for r in run_ids for k in keys]):
+            rows.extend(points)
+    return rows
