@@ -11,6 +11,11 @@ from tests.conftest import REPO
 
 
 def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> None:
+    import ray
+
+    # The scripts start their own Rays; Ray Train's worker groups need to be the only Ray on
+    # the machine (docs/cluster.md), so this process's own (from earlier tests) goes first.
+    ray.shutdown()
     output = tmp_path / "benchmarks.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run_all"), "--smoke", "--output", str(output)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -102,9 +103,10 @@ def test_a_worker_killed_mid_trial_restarts_from_its_checkpoint(workdir: Path, w
         history = client.get_metric_history(run.info.run_id, "step")
         assert [m.step for m in history] == [1, 2, 3, 4, 5, 6]
         assert [m.value for m in history] == [1, 2, 3, 4, 5, 6]
-        # It went on from a checkpoint, not from scratch: the step-3 one, or the step-2 one
-        # when Train dropped the step-3 report that was in flight as the worker died.
-        assert [m.value for m in client.get_metric_history(run.info.run_id, "resumed_from")][-1] in (2, 3)
+        # It went on from a checkpoint, not from scratch: the step-3 one, or an earlier one
+        # when Train's controller had not yet collected the reports in flight as the worker
+        # died (Train drops those; seen: step 1).
+        assert [m.value for m in client.get_metric_history(run.info.run_id, "resumed_from")][-1] in (1, 2, 3)
 
 
 def test_a_diverged_objective_reaches_scheduler_and_searcher_as_its_worst_value() -> None:
@@ -218,8 +220,23 @@ def check_complete_record(workdir: Path, parent_run_id: str, tracking_uri: str |
 
 
 def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workdir: Path) -> None:
+    from tunetrain.tuner import saved_latest_checkpoints
+
     ended = random.Random().randint(1, 3)  # kill it at a random point: after 1 to 3 trials ended
     process, journal = start_sweep_and_wait(workdir, ended=ended)
+
+    def mid_way_in_tunes_state() -> bool:
+        """Tune's saved state names a checkpoint of a trial that has 3+ steps to go."""
+        entries = journal_entries(journal)
+        ids = {e["tags"]["tunetrain.trial_id"]: e["trial"] for e in entries if e["op"] == "start_trial"}
+        steps = {e["trial"]: e["step"] for e in entries if e["op"] == "metrics"}
+        saved = saved_latest_checkpoints(str(journal.parent))
+        return any(path and trial_id in ids and steps.get(ids[trial_id], 0) <= 5 for trial_id, path in saved.items())
+
+    deadline = time.monotonic() + 300
+    while not mid_way_in_tunes_state():  # polling the files the sweep writes
+        assert process.poll() is None and time.monotonic() < deadline, "no trial mid-way in Tune's saved state"
+        time.sleep(0.05)
     process.kill()  # SIGKILL: no clean-up of any kind
     process.communicate(timeout=60)
     before = journal_entries(journal)
@@ -229,6 +246,16 @@ def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workd
 
     parent_run_id = Journal.read(journal).parent_run_id
     assert parent_run_id is not None
+    # Tune deletes a trial's older checkpoints as new ones come, and saves its own state at
+    # most once a second: a kill in between leaves a state naming a deleted checkpoint. Make
+    # that happen to every trial that had not ended (the resume must still complete it).
+    started = {e["tags"]["tunetrain.trial_id"]: e["trial"] for e in before if e["op"] == "start_trial"}
+    deleted = []
+    for trial_id, path in saved_latest_checkpoints(str(journal.parent)).items():
+        if path is not None and started.get(trial_id) not in finished:
+            shutil.rmtree(path)
+            deleted.append(started[trial_id])
+    assert deleted  # the trial that was mid-way
 
     # A changed experiment file is refused, naming what changed; nothing runs.
     changed = workdir / "changed.py"
@@ -238,6 +265,8 @@ def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workd
 
     status, out = run_cli("resume", "s1")
     assert status == 0, out
+    for name in deleted:  # each said where it goes on from, instead of failing
+        assert f"{name}: Tune's saved state names checkpoint_" in out, out
     runs = check_complete_record(workdir, parent_run_id)
     # No trial that had ended was run again; the others went on from a checkpoint.
     starts = {run.info.run_name: (workdir / "starts" / run.info.run_name).read_text().split() for run in runs}

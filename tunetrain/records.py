@@ -31,6 +31,17 @@ class TrialRecord:
     # Why the trial restarted from its checkpoint (worker failures), oldest first.
     restarts: list[str] = dataclasses.field(default_factory=list)
 
+    def reported(self, step: int, metrics: dict[str, float], *, metric: str, mode: str) -> None:
+        """A report the sweep recorded (from Tune, or replayed from the journal on resume)."""
+        self.iterations = step
+        self.last = metrics
+        if metric in metrics:
+            self.observe(mode, metrics[metric])
+
+    def checkpointed(self, path: str, *, score: str) -> None:
+        """Tune kept a checkpoint of the last report, scored by that report's ``score`` value."""
+        self.checkpoints.append({"step": self.iterations, "path": path, "score": self.last.get(score)})
+
     def observe(self, mode: str, value: float) -> None:
         """Keep the best finite value of the sweep's metric seen so far."""
         if not math.isfinite(value):

@@ -276,14 +276,21 @@ class _Mailbox:
         self._items: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
         self._acks: asyncio.Queue[None] = asyncio.Queue()
         self._nodes: list[dict[str, Any]] = []  # per rank of the current worker group
+        self._nodes_new = False  # noted since the driver last got them
 
     async def put(self, item: Any) -> None:
         """Deliver ``item`` and return once the driver has acknowledged it."""
         await self._items.put(item)
         await self._acks.get()
 
-    async def get(self) -> Any:
-        return await self._items.get()
+    async def get(self) -> tuple[Any, list[dict[str, Any]] | None]:
+        """The next item, and the workers' nodes once every rank of a new group has noted its
+        own (else None): one call per report, not two."""
+        item = await self._items.get()
+        if self._nodes_new and all(self._nodes):
+            self._nodes_new = False
+            return item, list(self._nodes)
+        return item, None
 
     async def ack(self) -> None:
         await self._acks.put(None)
@@ -291,10 +298,8 @@ class _Mailbox:
     def note_node(self, rank: int, world_size: int, node: dict[str, Any]) -> None:
         if world_size != len(self._nodes):  # a new worker group (restart or resize)
             self._nodes = [{} for _ in range(world_size)]
-        self._nodes[rank] = node
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return list(self._nodes)
+        if self._nodes[rank] != node:
+            self._nodes[rank], self._nodes_new = node, True
 
 
 _FIT_ENDED = "tunetrain:fit-ended"
@@ -422,10 +427,11 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     controller = None
     ended = False
     restarts: list[str] = []  # worker failures since the last report
-    nodes: list[dict[str, Any]] = []  # where the workers ran, as last reported
+    nodes: list[dict[str, Any]] | None = None  # where the workers run, when new: sent with the next report
     try:
         while True:
-            item = ray.get(mailbox.get.remote())
+            item, new_nodes = ray.get(mailbox.get.remote())
+            nodes = new_nodes or nodes
             if isinstance(item, str) and item == _FIT_ENDED:
                 ended = True
                 mailbox.ack.remote()
@@ -440,9 +446,8 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             metrics = worst_for_diverged(metrics, spec.objectives)
             if restarts:
                 metrics[RESTARTS_KEY], restarts = restarts, []
-            now = ray.get(mailbox.nodes.remote())
-            if now != nodes and all(now):
-                metrics[NODES_KEY] = nodes = now
+            if nodes is not None:
+                metrics[NODES_KEY], nodes = nodes, None
             tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
             mailbox.ack.remote()
     finally:

@@ -518,10 +518,9 @@ class SweepCallback(tune.Callback):
         # A diverged objective reached the scheduler and searcher as its worst value; the
         # record keeps what the train loop reported.
         metrics.update(result.get(DIVERGED_KEY) or {})
-        record.iterations = step
-        record.last = metrics
-        if self.plan.experiment.primary_metric in metrics:
-            record.observe(self.plan.experiment.primary_mode, metrics[self.plan.experiment.primary_metric])
+        record.reported(
+            step, metrics, metric=self.plan.experiment.primary_metric, mode=self.plan.experiment.primary_mode
+        )
         self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
         # Tune marks a result that came with a checkpoint (whether or not it keeps it).
         self._results[trial.trial_id] += 1
@@ -601,8 +600,7 @@ class SweepCallback(tune.Callback):
         if record is None:
             return
         path = str(checkpoint.path)
-        score = record.last.get(self.score_attribute)
-        record.checkpoints.append({"step": record.iterations, "path": path, "score": score})
+        record.checkpointed(path, score=self.score_attribute)
         self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": path})
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -740,16 +738,14 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
         if found is None:  # a record of the sweep's parent run
             continue
         record = found
-        if op == "metrics" and entry["step"] > 0:
-            record.iterations = max(record.iterations, int(entry["step"]))
-            record.last = {k: float(v) for k, v in entry["metrics"].items()}
-            if experiment.primary_metric in record.last:
-                record.observe(experiment.primary_mode, record.last[experiment.primary_metric])
+        # The same TrialRecord methods as the callback's, on what the callback journaled.
+        if op == "metrics" and entry["step"] > 0:  # step 0: PBT's mutable values
+            metrics = {k: float(v) for k, v in entry["metrics"].items()}
+            record.reported(int(entry["step"]), metrics, metric=experiment.primary_metric, mode=experiment.primary_mode)
         elif op == "tags":
             tags = entry["tags"]
             if "tunetrain.checkpoint.latest" in tags:
-                path = tags["tunetrain.checkpoint.latest"]
-                record.checkpoints.append({"step": record.iterations, "path": path, "score": record.last.get(score)})
+                record.checkpointed(tags["tunetrain.checkpoint.latest"], score=score)
             if "tunetrain.restart_reason" in tags:
                 record.restarts.append(str(tags["tunetrain.restart_reason"]))
         elif op == "reopen_trial":
@@ -815,6 +811,87 @@ def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
     """The sweep's provenance tags that every trial's run carries too (file hash, git state,
     command, deterministic mode, package versions, hardware)."""
     return {k: v for k, v in sweep_tags.items() if k in _PROVENANCE_TAGS or k.startswith(("version.", "hardware."))}
+
+
+def saved_latest_checkpoints(sweep_dir: str) -> dict[str, str | None]:
+    """Trial id -> the latest checkpoint that Tune's newest saved experiment state names
+    (what Tune restores the trial from)."""
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    state_path = _find_newest_experiment_checkpoint(sweep_dir)
+    if state_path is None:
+        return {}
+    found: dict[str, str | None] = {}
+    for trial_json, metadata_json in json.loads(Path(state_path).read_text())["trial_data"]:
+        manager: Any = _TrainingRunMetadata.from_json_state(metadata_json).checkpoint_manager
+        latest = manager.latest_checkpoint_result
+        found[str(json.loads(trial_json)["trial_id"])] = latest.checkpoint.path if latest is not None else None
+    return found
+
+
+def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecord]) -> list[str]:
+    """Before Tune restores a sweep: each unfinished trial whose latest checkpoint, as Tune's
+    saved state names it, is gone goes on from the newest checkpoint the journal recorded
+    that still exists (else from the start). Returns a line per trial changed.
+
+    Tune deletes a trial's older checkpoints as newer ones arrive (its retention policy), but
+    saves its experiment state at most once a second and uploads it in the background: a
+    sweep killed in between leaves a state naming a deleted checkpoint, and Tune 2.60 then
+    fails that trial ("Could not recover from checkpoint as it does not exist on storage
+    anymore"; the fallback of ray-project/ray#29099 went with the old persistence code). The
+    state is Tune's own JSON; it is read and written back with Tune's own (private) codecs.
+    """
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+    from ray.tune.utils.serialization import TuneFunctionEncoder, _loads_with_cloudpickle
+
+    if "://" in sweep_dir:  # a cloud store: left to Tune
+        return []
+    state_path = _find_newest_experiment_checkpoint(sweep_dir)
+    if state_path is None:
+        return []
+    state = json.loads(Path(state_path).read_text())
+    lines = []
+    for entry in state["trial_data"]:
+        trial_json, metadata_json = entry
+        trial_state = _loads_with_cloudpickle(trial_json)
+        record = journaled.get(str(trial_state["trial_id"]))
+        metadata = _TrainingRunMetadata.from_json_state(metadata_json)
+        manager: Any = metadata.checkpoint_manager  # Tune's private _CheckpointManager
+        latest: Any = manager.latest_checkpoint_result
+        finished = record is None or (record.status in ENDED and record.status != "interrupted")
+        if finished or latest is None or os.path.isdir(latest.checkpoint.path):
+            continue
+        assert record is not None
+        kept = [c for c in record.checkpoints if os.path.isdir(c["path"])]
+        manager._checkpoint_results = [r for r in manager._checkpoint_results if os.path.isdir(r.checkpoint.path)]
+        gone = os.path.basename(latest.checkpoint.path)
+        if kept:
+            newest = max(kept, key=lambda c: int(c["step"]))
+            # Tune resumes the trial's iteration count from these metrics, and names its next
+            # checkpoint after this one.
+            metrics = {**latest.metrics, "training_iteration": int(newest["step"])}
+            result = _TrainingResult(checkpoint=tune.Checkpoint(newest["path"]), metrics=metrics)
+            manager._latest_checkpoint_result = result
+            if all(r.checkpoint.path != newest["path"] for r in manager._checkpoint_results):
+                manager._checkpoint_results.append(result)
+            trial_state["storage"].current_checkpoint_index = int(os.path.basename(newest["path"]).rsplit("_", 1)[1])
+            lines.append(
+                f"{record.name}: Tune's saved state names {gone}, which its retention had deleted; "
+                f"it goes on from {os.path.basename(newest['path'])} (step {newest['step']})."
+            )
+        else:
+            manager._latest_checkpoint_result = None
+            lines.append(f"{record.name}: Tune's saved state names {gone}, which is gone; it starts again.")
+        entry[0] = json.dumps(trial_state, indent=2, cls=TuneFunctionEncoder)
+        entry[1] = metadata.get_json_state()
+    if lines:
+        temporary = state_path + ".tunetrain"
+        Path(temporary).write_text(json.dumps(state, indent=2, cls=TuneFunctionEncoder))
+        os.replace(temporary, state_path)
+    return lines
 
 
 def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome:
@@ -938,6 +1015,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             verbose=0,
         )
         if plan.resume:
+            for line in point_at_kept_checkpoints(plan.sweep_dir, journaled):
+                print(line, file=stream, flush=True)
             # Tune restores the trials, the searcher's state and its counters from the sweep
             # folder, but the scheduler, stopper and callbacks as it pickled them when the
             # sweep started; Tuner.restore takes no new ones, so this run's (which hold the
