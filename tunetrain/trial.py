@@ -353,13 +353,13 @@ def _oom_record(exc: BaseException, peak: float | None) -> dict[str, Any]:
     return {"error": _headline(exc), "peak_memory_gib": peak}
 
 
-def _oom_in_failed_run(exc: BaseException) -> dict[str, Any] | None:
-    """The out-of-memory record of a Train run that failed because a worker ran out of memory."""
-    text = str(exc)
+def oom_in_error(text: str) -> dict[str, Any] | None:
+    """The out-of-memory record in the error of a Train run that failed because a worker ran
+    out of memory (the line :func:`_worker_main` raised), else None."""
     if OOM_MARK not in text:
         return None
     peak = re.search(r"peak allocated ([0-9.]+) GiB", text)
-    return {"error": _headline(exc), "peak_memory_gib": float(peak.group(1)) if peak else None}
+    return {"error": _headline(RuntimeError(text)), "peak_memory_gib": float(peak.group(1)) if peak else None}
 
 
 def _headline(exc: BaseException) -> str:
@@ -464,7 +464,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         # Tune holds copies of every checkpoint it kept; Train's own (its latest, for
         # restarting workers) is not needed once its run has ended.
         shutil.rmtree(os.path.join(spec.storage_path, run_name), ignore_errors=True)
-    oom = _oom_in_failed_run(failure[0]) if failure and spec.objectives else None
+    oom = oom_in_error(str(failure[0])) if failure and spec.objectives else None
     if oom is not None:
         # As for a single worker: the scheduler and searcher see the worst value (a failed
         # trial teaches Optuna nothing), and the sweep records the trial as "oom".

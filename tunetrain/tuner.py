@@ -50,10 +50,10 @@ from tunetrain.trial import (
     DRIVER_RESOURCES,
     NODES_KEY,
     OOM_KEY,
-    OOM_MARK,
     RESTARTS_KEY,
     TrialNamer,
     TrialSpec,
+    oom_in_error,
     run_trial,
     run_trial_in_process,
     trial_dirname,
@@ -645,9 +645,9 @@ class SweepCallback(tune.Callback):
             self.on_trial_start(iteration, trials, trial)
         error = _trial_error(trial)
         record = self.records[trial.trial_id]
-        if OOM_MARK in error or "OutOfMemoryError" in error:
-            peak = re.search(r"peak allocated ([0-9.]+) GiB", error)
-            self._end_oom(record, {"error": error, "peak_memory_gib": float(peak.group(1)) if peak else None})
+        oom = oom_in_error(error)
+        if oom is not None or "OutOfMemoryError" in error:
+            self._end_oom(record, {**(oom or {}), "error": error})
         else:
             self._end(record, "failed", error=error)
 
