@@ -206,12 +206,15 @@ experiment = Experiment(
     metric="val_loss",  # validation loss decides the best trial
     mode="min",  # lower is better
     scheduler="asha",  # stops poor trials at evaluation rungs 2, 4, 8, ...
-    scheduler_options={"max_t": 100, "grace_period": 2, "reduction_factor": 2},  # rungs in evaluations
+    scheduler_options={"grace_period": 2, "reduction_factor": 2},  # rungs in evaluations; max_t from stop
     searcher="optuna",  # Optuna's TPE, seeded from the root seed
     num_samples=8,  # trials in the sweep
     workers_per_trial=1,  # DDP processes per trial (try --workers-per-trial 2)
     resources_per_worker={"CPU": 1},  # two trials side by side on 2 CPUs
-    stop=StopRule(max_trial_seconds=1800),  # a trial ends at max_steps, or after 30 minutes
+    stop=StopRule(
+        iterations_from=lambda c: c["train"]["max_steps"] // c["train"]["eval_every"],  # its evaluations (after --set)
+        max_trial_seconds=1800,  # or after 30 minutes
+    ),
     seed=0,  # root seed: trial seeds and the searcher derive from it
     checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_loss
     smoke={"train.max_steps": 10, "train.eval_every": 2, "data.max_bytes": 200_000},  # sweep --smoke: 5 tiny evals

@@ -21,20 +21,23 @@ import torch
 from ray import tune
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tunetrain import CheckpointPolicy, Experiment, StopRule
+from tunetrain import CheckpointPolicy, Experiment, StopRule, load_state_dicts, state_dicts
 
 EPOCHS = 12
 
 
 def make_datasets(seed: int) -> tuple[TensorDataset, TensorDataset]:
-    """Digits, standardised, split 80/20 (the split is fixed, whatever the trial seed)."""
+    """Digits, split 80/20 (the split is fixed, whatever the trial seed), standardised by
+    scikit-learn's StandardScaler fitted on the training split: pixels that are constant there
+    keep scale 1, so held-out rows stay in range."""
     x, y = load_digits(return_X_y=True)
     x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
-    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)
+    scaler = StandardScaler().fit(x_train)
+    to_tensor = lambda a: torch.tensor(scaler.transform(a), dtype=torch.float32)
     return (
         TensorDataset(to_tensor(x_train), torch.tensor(y_train)),
         TensorDataset(to_tensor(x_val), torch.tensor(y_val)),
@@ -56,20 +59,26 @@ def make_optimizer(params: Any, config: dict[str, Any]) -> torch.optim.Optimizer
     )
 
 
+def build_model(config: dict[str, Any]) -> nn.Module:
+    """The MLP (also what a checkpoint's "model" state loads into, see docs/analysis.md)."""
+    return nn.Sequential(
+        nn.Linear(64, config["hidden"]),
+        nn.ReLU(),
+        nn.Dropout(config["dropout"]),
+        nn.Linear(config["hidden"], 10),
+    )
+
+
 def train_loop(config: dict[str, Any]) -> None:
     torch.set_num_threads(1)  # one CPU per worker: two trials share 2 cores side by side
     train_set, val_set = make_datasets(seed=0)
     train_loader = ray.train.torch.prepare_data_loader(
         DataLoader(train_set, batch_size=config["batch_size"], shuffle=True)
     )
-    val_loader = ray.train.torch.prepare_data_loader(DataLoader(val_set, batch_size=256))
-    model: nn.Module = nn.Sequential(
-        nn.Linear(64, config["hidden"]),
-        nn.ReLU(),
-        nn.Dropout(config["dropout"]),
-        nn.Linear(config["hidden"], 10),
-    )
-    model = ray.train.torch.prepare_model(model)
+    # Not sharded: every worker evaluates the whole held-out split, so the reported val_loss
+    # and val_acc are the split's, however many workers the trial has.
+    val_loader = DataLoader(val_set, batch_size=256)
+    model = ray.train.torch.prepare_model(build_model(config))  # DDP-wrapped with several workers
     optimizer = make_optimizer(model.parameters(), config)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -78,39 +87,41 @@ def train_loop(config: dict[str, Any]) -> None:
     if checkpoint is not None:  # restarted by Ray Train: go on from the latest checkpoint
         with checkpoint.as_directory() as folder:
             state = torch.load(os.path.join(folder, "state.pt"))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_state_dicts(model, optimizer, state["model"], state["optimizer"])  # into DDP's module too
         for group in optimizer.param_groups:  # this config's lr etc., not the checkpoint's (PBT)
             group.update(optimizer.defaults)
         start_epoch = state["epoch"] + 1
 
     for epoch in range(start_epoch, config["epochs"]):
         model.train()
-        train_loss = 0.0
-        for x, y in train_loader:
+        train_loss, seen = 0.0, 0
+        for x, y in train_loader:  # this worker's shard of the training split
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
             train_loss += loss.item() * len(y)
+            seen += len(y)
         model.eval()
         val_loss, correct = 0.0, 0
         with torch.no_grad():
             for x, y in val_loader:
-                logits = model(x)
+                logits = getattr(model, "module", model)(x)  # the plain model: no DDP collective
                 val_loss += loss_fn(logits, y).item() * len(y)
                 correct += (logits.argmax(dim=1) == y).sum().item()
         metrics = {
             "epoch": epoch,
-            "train_loss": train_loss / len(train_set),
+            "train_loss": train_loss / seen,  # the mean over this worker's shard
             "val_loss": val_loss / len(val_set),
             "val_acc": correct / len(val_set),
             "n_params": sum(p.numel() for p in model.parameters()),
         }
         with tempfile.TemporaryDirectory() as folder:
             if ray.train.get_context().get_world_rank() == 0:
+                # The plain model's keys (no DDP "module." prefix): loads into nn.Sequential as is.
+                model_state, optimizer_state = state_dicts(model, optimizer)
                 torch.save(
-                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                    {"model": model_state, "optimizer": optimizer_state, "epoch": epoch},
                     os.path.join(folder, "state.pt"),
                 )
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
@@ -138,7 +149,7 @@ experiment = Experiment(
     num_samples=8,  # trials in the sweep
     workers_per_trial=1,  # DDP processes per trial
     resources_per_worker={"CPU": 1},  # so two trials run side by side on 2 CPUs
-    stop=StopRule(max_iterations=EPOCHS),  # a trial ends after its last epoch
+    stop=StopRule(iterations_from=lambda c: c["epochs"]),  # a trial ends after its last epoch (one report each)
     seed=0,  # root seed: trial seeds and the searcher derive from it
     checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_acc
 )

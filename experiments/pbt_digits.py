@@ -43,7 +43,7 @@ experiment = load_experiment(Path(__file__).resolve().parent / "mlp_digits.py").
     searcher="random",  # PBT explores by itself; the first configs are drawn at random
     num_samples=4,  # the population
     resources_per_worker={"CPU": 0.5},  # the whole population trains at once on 2 CPUs
-    stop=StopRule(max_iterations=EPOCHS),  # every trial ends after its last epoch
+    stop=StopRule(iterations_from=lambda c: c["epochs"]),  # every trial ends after its last epoch (after --set)
     checkpoint=CheckpointPolicy(num_to_keep=None),  # PBT keeps every checkpoint anyway
     seed=0,  # root seed
 )

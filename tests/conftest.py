@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,31 @@ def ray_cluster() -> Iterator[None]:
         ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store, made once: creating one runs every schema migration
+    (about a second), which only a few tests are about."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("store_template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture()
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def bare_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own empty working folder (the default store and storage go there)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture()
+def workdir(bare_workdir: Path, store_template: Path) -> Path:
+    """The test's working folder, with an empty MLflow store already in it (a copy of
+    ``store_template``) where the sweep's default tracking URI points. Tests of stores
+    being created, or of nothing being written, use ``bare_workdir``."""
+    shutil.copyfile(store_template, bare_workdir / "mlflow.db")
+    return bare_workdir
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

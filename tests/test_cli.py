@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,18 +15,47 @@ DEMO = str(EXPERIMENTS / "mlp_digits.py")
 
 
 @pytest.fixture(autouse=True)
-def _nothing_started(workdir: Path) -> object:
+def _nothing_started(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     import ray
 
-    started_before = ray.is_initialized()
+    from tunetrain import tuner
+
+    # Every way the CLI starts or joins a Ray goes through tuner.connect, then ray.init; both
+    # are watched, so the check holds whether or not an earlier test left a Ray running.
+    calls: list[str] = []
+    for owner, name in ((tuner, "connect"), (ray, "init")):
+        original = getattr(owner, name)
+
+        def watched(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, watched)
     yield
     # A refused or dry-run sweep starts no Ray and creates no MLflow store.
-    if not started_before:
-        assert not ray.is_initialized()
-    assert not (workdir / "mlflow.db").exists()
+    assert calls == [], f"a refused or dry-run sweep called {calls}"
+    assert not (bare_workdir / "mlflow.db").exists()
 
 
-def test_dry_run_prints_the_resolved_plan(workdir: Path) -> None:
+def _more_workers_than_this_machine_fits() -> tuple[list[str], str]:
+    """--workers-per-trial one more than the embedded Ray's CPUs: refused on any machine."""
+    from tunetrain import tuner
+
+    workers = int(sum(node["CPU"] for node in tuner.local_nodes())) + 1
+    return [DEMO, "--workers-per-trial", str(workers)], f"A trial needs {workers} worker(s) x (CPU=1)"
+
+
+def _gpus_this_machine_lacks() -> tuple[list[str], str]:
+    """--use-gpu where there is no GPU; where there are GPUs, one worker more than they are."""
+    from tunetrain import tuner
+
+    gpus = int(sum(node.get("GPU", 0) for node in tuner.local_nodes()))
+    if gpus == 0:
+        return [DEMO, "--use-gpu"], "use_gpu=True, but the cluster has no GPU"
+    return [DEMO, "--use-gpu", "--workers-per-trial", str(gpus + 1)], f"A trial needs {gpus + 1} worker(s)"
+
+
+def test_dry_run_prints_the_resolved_plan(bare_workdir: Path) -> None:
     status, out = run_cli("sweep", DEMO, "--dry-run", "--set", "batch_size=32", "--num-samples", "3")
     assert status == 0
     # Space, fixed values (with the override), algorithms, concurrency and destinations.
@@ -33,7 +63,7 @@ def test_dry_run_prints_the_resolved_plan(workdir: Path) -> None:
     assert "batch_size = 32" in out
     assert "Scheduler: asha" in out and "Searcher: optuna" in out
     assert "Trials: 3, at most 2 at once" in out
-    assert f"sqlite:///{workdir.resolve() / 'mlflow.db'}" in out
+    assert f"sqlite:///{bare_workdir.resolve() / 'mlflow.db'}" in out
 
 
 def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
@@ -56,9 +86,12 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
             "Unknown scheduler 'bohb'; valid schedulers are fifo, asha, hyperband, median, pbt, pb2",
         ),
         ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, hyperopt, random"),
-        ([DEMO, "--workers-per-trial", "3"], "A trial needs 3 worker(s) x (CPU=1)"),
-        ([DEMO, "--use-gpu"], "use_gpu=True, but the cluster has no GPU"),
+        _more_workers_than_this_machine_fits(),
+        _gpus_this_machine_lacks(),
         ([DEMO, "--num-samples", "0"], "num_samples must be an integer >= 1"),
+        # A GPU-hour budget for trials that hold no GPU: refused by the plan, a dry run too.
+        ([DEMO, "--budget", "1gpu-h"], "--budget 1gpu-h counts GPU-hours, but the sweep's trials hold no GPU"),
+        ([DEMO, "--budget", "1gpu-h", "--dry-run"], "--budget 1gpu-h counts GPU-hours"),
     ],
 )
 def test_bad_input_exits_2_with_the_rule_the_value_and_a_fix(argv: list[str], expected: str) -> None:
@@ -86,9 +119,9 @@ def test_bad_input_exits_2_with_the_rule_the_value_and_a_fix(argv: list[str], ex
         ),
     ],
 )
-def test_bad_experiment_file_exits_2(workdir: Path, fields: str, expected: str) -> None:
+def test_bad_experiment_file_exits_2(bare_workdir: Path, fields: str, expected: str) -> None:
     path = write_experiment(
-        workdir,
+        bare_workdir,
         "from ray import tune\nfrom tunetrain import Experiment\n"
         f"experiment = Experiment(name='e', train_loop=lambda c: None, metric='loss', {fields})\n",
     )

@@ -75,6 +75,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_sweep: AnalysedSweep) -> None:
     port = _free_port()
     ui = subprocess.Popen(
@@ -105,5 +106,27 @@ def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_
         status = ui.wait(timeout=120)
     assert status == 0
     # Shut down: nothing listens on the port any more.
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+def test_ui_takes_its_server_down_when_it_is_sent_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", "ui", "--tracking-uri", store, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert ui.stdout is not None
+        line = ui.stdout.readline()  # printed once the server answers
+        assert f"http://127.0.0.1:{port}" in line and f"kill {ui.pid}" in line, line
+    finally:
+        ui.send_signal(signal.SIGTERM)  # `kill PID`, as a process manager stops it
+        status = ui.wait(timeout=120)
+    assert status == 0
+    # The MLflow server and its workers went with it: nothing listens on the port.
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))

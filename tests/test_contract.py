@@ -1,10 +1,11 @@
 """Every scheduler x searcher pairing through a real short sweep, and what each scheduler
-is for: ASHA stops at rungs, median stopping stops early, PBT hands weights over between
-distributed trials; several objectives give a Pareto front. (HyperBand's sweeps run, but on
-2 CPUs its stops were not observed: see the open note on issue 3.)"""
+is for: ASHA stops at rungs, HyperBand stops the worse trials of a bracket at its milestone,
+median stopping stops early, PBT hands weights over between distributed trials; several
+objectives give a Pareto front."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 from pathlib import Path
 from typing import Any
@@ -59,29 +60,37 @@ def checkpointing(folder: Path, *, space: str, samples: int, iterations: int) ->
     return write_experiment(folder, body)
 
 
-PAIRS = [(scheduler, searcher) for scheduler in SCHEDULERS for searcher in SEARCHERS]
 REFUSED = {("pbt", "optuna"), ("pbt", "hyperopt"), ("pb2", "optuna"), ("pb2", "hyperopt"), ("pb2", "grid")}
+# In the quick tier: the refusals (nothing runs) and the demo's pairing; the rest are slow.
+QUICK = {("asha", "optuna"), *REFUSED}
+PAIRS = [
+    pytest.param(scheduler, searcher, marks=() if (scheduler, searcher) in QUICK else pytest.mark.slow)
+    for scheduler in SCHEDULERS
+    for searcher in SEARCHERS
+]
 
 
 @pytest.mark.parametrize(("scheduler", "searcher"), PAIRS)
 def test_every_scheduler_and_searcher_pairing_runs_or_is_refused_up_front(
-    workdir: Path, scheduler: str, searcher: str
+    workdir: Path, store_template: Path, scheduler: str, searcher: str
 ) -> None:
+    # The smallest sweep that shows the pairing working: two trials (two samples, or the two
+    # grid points) of three steps; what each scheduler does is shown by the tests below.
     grid = searcher == "grid"
-    space = "tune.grid_search([0.2, 0.5, 0.8, 0.9])" if grid else "tune.uniform(0.0, 1.0)"
-    path = checkpointing(workdir, space=space, samples=1 if grid else 4, iterations=4)
-    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", searcher)
+    space = "tune.grid_search([0.2, 0.8])" if grid else "tune.uniform(0.0, 1.0)"
+    path = checkpointing(workdir, space=space, samples=1 if grid else 2, iterations=3)
+    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", searcher, "--no-report")
     if (scheduler, searcher) in REFUSED:
         # Refused before anything ran, naming the searchers that work with this scheduler.
         assert status == 2, out
         assert f"Scheduler {scheduler!r} cannot be paired with searcher {searcher!r}" in out
         assert "works with searcher 'random'" in out
-        assert not (workdir / "mlflow.db").exists()
+        assert filecmp.cmp(workdir / "mlflow.db", store_template, shallow=False)  # not a byte written
         return
     assert status == 0, out
     _, parent, children = sweep_runs(workdir, "contract")
-    # One child run per trial (4 samples, or the 4 grid points), each ended with a status.
-    assert len(children) == 4
+    # One child run per trial (2 samples, or the 2 grid points), each ended with a status.
+    assert len(children) == 2
     assert all(run.data.tags["tunetrain.status"] in ("completed", "stopped_early") for run in children)
     assert parent.data.tags["tunetrain.scheduler"] == scheduler
     assert parent.data.tags["tunetrain.searcher"] == searcher
@@ -94,9 +103,10 @@ def _iterations(children: list[Any]) -> dict[str, list[int]]:
     }
 
 
+@pytest.mark.slow
 def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
     path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=12, iterations=8)
-    status, out = run_cli("sweep", str(path), "--scheduler", "asha", "--searcher", "random")
+    status, out = run_cli("sweep", str(path), "--scheduler", "asha", "--searcher", "random", "--no-report")
     assert status == 0, out
     client, _, children = sweep_runs(workdir, "contract")
     stopped = [r for r in children if r.data.tags["tunetrain.status"] == "stopped_early"]
@@ -108,9 +118,10 @@ def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
         assert steps == list(range(1, len(steps) + 1)) and steps[-1] in (1, 2, 4)
 
 
+@pytest.mark.slow
 def test_hyperband_stops_the_worse_trials_of_a_bracket_at_its_milestone(workdir: Path) -> None:
     path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=9, iterations=9)
-    status, out = run_cli("sweep", str(path), "--scheduler", "hyperband", "--searcher", "random")
+    status, out = run_cli("sweep", str(path), "--scheduler", "hyperband", "--searcher", "random", "--no-report")
     assert status == 0, out
     client, _, children = sweep_runs(workdir, "contract")
     iterations = _iterations(children)
@@ -124,10 +135,11 @@ def test_hyperband_stops_the_worse_trials_of_a_bracket_at_its_milestone(workdir:
         assert steps == list(range(1, int(run.data.tags["tunetrain.iterations"]) + 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["median"])
 def test_median_stopping_stops_poor_trials_early(workdir: Path, scheduler: str) -> None:
     path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=9, iterations=9)
-    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", "random")
+    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", "random", "--no-report")
     assert status == 0, out
     _, _, children = sweep_runs(workdir, "contract")
     iterations = _iterations(children)
@@ -171,15 +183,17 @@ def loop(config):
 
 
 experiment = Experiment(
-    name="pbt2", train_loop=loop, space={"rate": tune.choice([1, 10, 100, 1000])}, metric="total", mode="max",
+    # A grid population: its 2 points are the 2 trials (num_samples=1), which must run side by side.
+    name="pbt2", train_loop=loop, space={"rate": tune.grid_search([1, 1000])}, metric="total", mode="max",
     # synch: every perturbation waits for both trials, whenever each started (deterministic exploits)
     scheduler="pbt", scheduler_options={"perturbation_interval": 4, "quantile_fraction": 0.5, "synch": True},
-    searcher="random", num_samples=2, workers_per_trial=2, resources_per_worker={"CPU": 0.5},
+    searcher="random", num_samples=1, workers_per_trial=2, resources_per_worker={"CPU": 0.5},
     stop=StopRule(max_iterations=12), seed=11,
 )
 """
 
 
+@pytest.mark.slow
 def test_pbt_hands_the_donors_weights_to_a_two_worker_recipient_with_the_perturbed_value(workdir: Path) -> None:
     path = write_experiment(workdir, PBT)
     status, out = run_cli("sweep", str(path))
@@ -226,6 +240,7 @@ def test_pbt_hands_the_donors_weights_to_a_two_worker_recipient_with_the_perturb
     assert (workdir / "tunetrain_results" / sweep.name / "report_figures" / "pbt_lineage.png").exists()
 
 
+@pytest.mark.slow
 def test_pbt_without_checkpoints_is_refused_after_the_first_reports(workdir: Path) -> None:
     path = write_experiment(
         workdir,
@@ -254,6 +269,7 @@ experiment = Experiment(
 """
 
 
+@pytest.mark.slow
 def test_two_objectives_record_and_print_the_pareto_front(workdir: Path) -> None:
     status, out = run_cli("sweep", str(write_experiment(workdir, TWO_OBJECTIVES)))
     assert status == 0, out
@@ -276,12 +292,13 @@ def test_two_objectives_record_and_print_the_pareto_front(workdir: Path) -> None
     assert (workdir / "tunetrain_results" / sweep.name / "report_figures" / "pareto_front.png").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
 def test_a_conditional_space_records_only_the_chosen_branch(workdir: Path, searcher: str) -> None:
     status, out = run_cli(
         "sweep",
         str(EXPERIMENTS / "conditional_digits.py"),
-        *("--searcher", searcher, "--num-samples", "6", "--set", "epochs=2"),
+        *("--searcher", searcher, "--num-samples", "6", "--set", "epochs=2", "--no-report"),
     )
     assert status == 0, out
     _, _, children = sweep_runs(workdir, "conditional_digits")
@@ -294,8 +311,9 @@ def test_a_conditional_space_records_only_the_chosen_branch(workdir: Path, searc
             assert params == {"optimizer.name", "optimizer.lr", "optimizer.beta1"}
 
 
+@pytest.mark.slow
 def test_the_pbt_example_runs_on_the_digits_mlp(workdir: Path) -> None:
-    status, out = run_cli("sweep", str(EXPERIMENTS / "pbt_digits.py"), "--set", "epochs=6")
+    status, out = run_cli("sweep", str(EXPERIMENTS / "pbt_digits.py"), "--set", "epochs=6", "--no-report")
     assert status == 0, out
     client, _, children = sweep_runs(workdir, "pbt_digits")
     assert len(children) == 4
@@ -304,6 +322,7 @@ def test_the_pbt_example_runs_on_the_digits_mlp(workdir: Path) -> None:
         assert min(m.step for m in client.get_metric_history(run.info.run_id, "pbt.lr")) == 0
 
 
+@pytest.mark.slow
 def test_seeded_searchers_suggest_the_same_configs_in_two_sweeps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,7 +333,7 @@ def test_seeded_searchers_suggest_the_same_configs_in_two_sweeps(
         monkeypatch.chdir(folder)
         path = checkpointing(folder, space="tune.uniform(0.0, 1.0)", samples=4, iterations=2)
         status, out = run_cli(
-            "sweep", str(path), "--scheduler", "fifo", "--searcher", "optuna", "--max-concurrent", "1"
+            "sweep", str(path), "--scheduler", "fifo", "--searcher", "optuna", "--max-concurrent", "1", "--no-report"
         )
         assert status == 0, out
         _, _, children = sweep_runs(folder, "contract")

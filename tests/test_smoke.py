@@ -64,7 +64,8 @@ def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
         "PASS  resources:",
         "PASS  metric: loss reported at 5 step(s)",
         "PASS  finite and improving: loss 1 -> 0.2 over 5 step(s) (min)",
-        "PASS  checkpoint: saved at step 1 and loaded back",
+        # The round trip starts from the latest checkpoint, as a resumed trial would.
+        "PASS  checkpoint: saved at step 5 and loaded back",
         "PASS  timing: start-up ",
         "Smoke: all checks passed.",
     ):
@@ -77,13 +78,26 @@ def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
     # One trial of 5 steps, with the experiment's smoke value for the size-like parameter.
     trials = first.trials()
     assert len(trials) == 1 and trials["iterations"].iloc[0] == 5 and trials["config/size"].iloc[0] == 4
+    # The experiment's checkpoint policy (keep 2) holds in the smoke run too.
+    kept = sorted(p.name for p in (workdir / "tunetrain_results" / first.name).glob("*/checkpoint_*"))
+    assert len(kept) == 2 and kept[-1] == "checkpoint_000004", kept
     # Its timings feed the cost estimate of a dry run: 8 trials of at most 50 iterations (ASHA).
     status, plan = run_cli("sweep", str(workdir / "exp.py"), "--estimate")
     assert status == 0, plan
     assert f"Estimate (smoke run {first.name}: start-up " in plan
     assert "iterations per trial (ASHA: grace 1, reduction factor 2, max_t 50)" in plan and "CPU-hours" in plan
+    # A sweep of another shape is not priced from this 1-worker smoke run: it says why ...
+    status, plan = run_cli("sweep", str(workdir / "exp.py"), "--dry-run", "--workers-per-trial", "2")
+    assert status == 0, plan
+    assert "Estimate: none. The newest smoke run, " in plan and "ran 1 worker(s) per trial (in_process)" in plan
+    assert "this sweep runs 2 worker(s) per trial (torch_trainer)" in plan and "CPU-hours" not in plan
+    # ... and --estimate refuses it with that reason and the fix.
+    status, plan = run_cli("sweep", str(workdir / "exp.py"), "--estimate", "--workers-per-trial", "2")
+    assert status == 2 and "with 2 worker(s) per trial (torch_trainer)" in plan, plan
+    assert "--smoke` first with the sweep's --workers-per-trial" in plan, plan
 
 
+@pytest.mark.slow
 def test_a_wrong_metric_name_fails_naming_what_was_reported(workdir: Path) -> None:
     status, out = smoke(workdir, "wrong_metric")
     assert status == 1, out
@@ -91,18 +105,20 @@ def test_a_wrong_metric_name_fails_naming_what_was_reported(workdir: Path) -> No
     assert "the train loop reported: size, val_loss" in out and "Smoke: FAILED, 1 check(s)." in out
 
 
+@pytest.mark.slow
 def test_a_nan_loss_fails_the_finite_check(workdir: Path) -> None:
     status, out = smoke(workdir, "nan")
     assert status == 1, out
     assert "FAIL  finite and improving: loss is nan at step 3" in out
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_does_not_load_back_fails_the_round_trip(workdir: Path) -> None:
     status, out = smoke(workdir, "bad_checkpoint")
     assert status == 1, out
     assert "PASS  finite and improving" in out
     assert (
-        "FAIL  checkpoint: saved at step 1 but does not load back: RuntimeError: cannot read the checkpoint back" in out
+        "FAIL  checkpoint: saved at step 5 but does not load back: RuntimeError: cannot read the checkpoint back" in out
     )
 
 

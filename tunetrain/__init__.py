@@ -7,7 +7,7 @@ from tunetrain.context import TrialContext, get_context
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
 from tunetrain.seeding import data_loader_seeding
-from tunetrain.training import StepRunner, StepStats
+from tunetrain.training import StepRunner, StepStats, load_state_dicts, state_dicts
 
 __version__ = "0.1.0"
 
@@ -22,4 +22,6 @@ __all__ = [
     "data_loader_seeding",
     "get_context",
     "load_experiment",
+    "load_state_dicts",
+    "state_dicts",
 ]

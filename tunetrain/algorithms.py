@@ -204,11 +204,44 @@ def check_pairing(experiment: Experiment) -> None:
 # -- schedulers -------------------------------------------------------------------------
 
 
+# Ray Tune's own default budget of ASHA and HyperBand, used when nothing gives a better one.
+DEFAULT_MAX_T = 100
+# Schedulers whose decisions are laid out over a trial's budget of iterations (max_t).
+_BUDGETED = {"asha": "max_t", "hyperband": "max_t", "pbt": "perturbation_interval", "pb2": "perturbation_interval"}
+
+
+def budget_warning(experiment: Experiment) -> str | None:
+    """Why the scheduler's budget is a guess (Ray's default max_t of 100 iterations, as no
+    StopRule(max_iterations=...) or option gives it), or None when it is not."""
+    option = _BUDGETED.get(experiment.scheduler)
+    if option is None or option in experiment.scheduler_options or experiment.stop.max_iterations is not None:
+        return None
+    return (
+        f"scheduler {experiment.scheduler!r} lays out its {option} for max_t={DEFAULT_MAX_T} iterations (the "
+        "default: the experiment sets no StopRule(max_iterations=...) and no scheduler_options "
+        f"{option!r}); if its trials report fewer times, a trial stopped at its last report cannot be told "
+        "from one that finished. Set StopRule(max_iterations=N), N = the reports a trial makes "
+        "(or StopRule(iterations_from=...) to work it out from the config)."
+    )
+
+
+def asha_rungs(experiment: Experiment) -> tuple[list[int], int] | None:
+    """ASHA's rungs (the iteration counts at which it may stop a trial) and its max_t, as
+    :func:`build_scheduler` sets them; None for another scheduler."""
+    if experiment.scheduler != "asha":
+        return None
+    options = dict(experiment.scheduler_options)
+    max_t = int(options.get("max_t", experiment.stop.max_iterations or DEFAULT_MAX_T))
+    grace, rf = int(options.get("grace_period", 1)), float(options.get("reduction_factor", 2))
+    # Ray's AsyncHyperBandScheduler: rungs at grace * rf**k below max_t.
+    return [int(grace * rf**k) for k in range(64) if grace * rf**k < max_t], max_t
+
+
 def build_scheduler(experiment: Experiment) -> Any:
     """The experiment's scheduler, with defaults derived from it; it decides on the first metric."""
     name = experiment.scheduler
     options = dict(experiment.scheduler_options)
-    max_t = experiment.stop.max_iterations or 100
+    max_t = experiment.stop.max_iterations or DEFAULT_MAX_T
     metric = {"metric": experiment.primary_metric, "mode": experiment.primary_mode}
     if name == "fifo":
         _check_options("scheduler", name, FIFOScheduler, options)

@@ -21,7 +21,14 @@ from typing import Any, Literal
 import pandas as pd
 
 from tunetrain.errors import ExperimentError
-from tunetrain.tracking import SWEEP_NAME_TAG, RunRecord, SweepStore, default_tracking_uri
+from tunetrain.tracking import (
+    CHECKPOINT_STEP_TAG,
+    DURATION_TAG,
+    SWEEP_NAME_TAG,
+    RunRecord,
+    SweepStore,
+    default_tracking_uri,
+)
 
 __all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
 
@@ -143,18 +150,27 @@ class Sweep:
             frame = frame[frame["metric"].isin(wanted)].reset_index(drop=True)
         return frame
 
+    def _best_points(self, metric: str, mode: str) -> dict[str, tuple[float, int]]:
+        """Each trial's best finite value of ``metric`` over its history, and its (first) step."""
+        points = self._history[self._history["metric"] == metric]
+        points = points[points["value"].map(math.isfinite)].sort_values(["run_id", "step"], kind="stable")
+        if points.empty:
+            return {}
+        index = (
+            points.groupby("run_id")["value"].idxmin() if mode == "min" else points.groupby("run_id")["value"].idxmax()
+        )
+        best = points.loc[index]
+        return {str(r): (float(v), int(s)) for r, v, s in zip(best["run_id"], best["value"], best["step"], strict=True)}
+
     def _best_values(self, metric: str, mode: str) -> dict[str, float]:
         """Each trial's best finite value of ``metric`` over its history."""
-        points = self._history[self._history["metric"] == metric]
-        points = points[points["value"].map(math.isfinite)]
-        grouped = points.groupby("run_id")["value"]
-        best = grouped.min() if mode == "min" else grouped.max()
-        return {str(k): float(v) for k, v in best.items()}
+        return {run_id: value for run_id, (value, _) in self._best_points(metric, mode).items()}
 
     @functools.cached_property
     def _trials(self) -> pd.DataFrame:
         rows: list[dict[str, Any]] = []
         best = {metric: self._best_values(metric, mode) for metric, mode in self.objectives}
+        best_steps = {run_id: step for run_id, (_, step) in self._best_points(self.metric, self.mode).items()}
         for run in self.runs:
             tags = run.tags
             row: dict[str, Any] = {
@@ -163,7 +179,7 @@ class Sweep:
                 "status": tags.get("tunetrain.status", run.status.lower()),
                 "seed": _value(run.params.get("tunetrain.seed", tags.get("tunetrain.seed", "None"))),
                 "iterations": int(tags.get("tunetrain.iterations", 0)),
-                "duration_s": (run.end_time - run.start_time) if run.end_time and run.start_time else math.nan,
+                "duration_s": _duration(run),
                 "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
             }
             row.update({f"config/{k}": _value(v) for k, v in run.params.items() if k != "tunetrain.seed"})
@@ -173,6 +189,10 @@ class Sweep:
                 row[metric] = run.metrics.get(metric, math.nan)
             row["pareto"] = tags.get("tunetrain.pareto") == "true"
             row["checkpoint"] = tags.get("tunetrain.checkpoint.best") or tags.get("tunetrain.checkpoint.latest")
+            # The step of the best value of the sweep's metric, and of the checkpoint kept as best:
+            # they differ when the loop did not checkpoint at that step (or retention dropped it).
+            row["best_step"] = best_steps.get(run.run_id, math.nan)
+            row["checkpoint_step"] = _int_or_nan(tags.get(CHECKPOINT_STEP_TAG))
             row["error"] = tags.get("tunetrain.error")
             row["run_id"] = run.run_id
             rows.append(row)
@@ -223,10 +243,33 @@ class Sweep:
         run = next(r for r in self.runs if r.run_id == top.iloc[0]["run_id"])
         return nested_config(run.params)
 
-    def best_checkpoint(self, *, metric: str | None = None, mode: Mode | None = None) -> str | None:
-        """Where the best trial's best kept checkpoint lies (None when it kept none)."""
+    def best_checkpoint(self, *, metric: str | None = None, mode: Mode | None = None) -> BestCheckpoint | None:
+        """Where the best trial's best kept checkpoint lies (None when it kept none): a path (a
+        ``str``) that also says which step it holds and that step's ``metric`` value, beside the
+        step and value of the trial's best (``.describe()``; they differ when the loop did not
+        checkpoint the best step)."""
+        metric = metric or self.metric
         top = self.best(1, metric=metric, mode=mode)
-        return None if top.empty else top.iloc[0]["checkpoint"]
+        if top.empty or not isinstance(top.iloc[0]["checkpoint"], str):
+            return None
+        row = top.iloc[0]
+        mode = mode or dict(self.objectives).get(metric, self.mode)
+        best_value, best_step = self._best_points(metric, mode)[row["run_id"]]
+        step = None if pd.isna(row["checkpoint_step"]) else int(row["checkpoint_step"])
+        points = self._history[
+            (self._history["run_id"] == row["run_id"])
+            & (self._history["metric"] == metric)
+            & (self._history["step"] == step)
+        ]
+        return BestCheckpoint(
+            row["checkpoint"],
+            trial=str(row["trial"]),
+            metric=metric,
+            step=step,
+            value=float(points["value"].iloc[0]) if len(points) else None,
+            best_step=best_step,
+            best_value=best_value,
+        )
 
     def pbt_exploits(self) -> pd.DataFrame:
         """PBT/PB2 exploits, one row each: step, trial (recipient), donor, param, old, new."""
@@ -297,3 +340,51 @@ def load_sweep(sweep: str | None = None, *, experiment: str | None = None, track
     """A sweep by name or parent run id (None: the newest, of ``experiment`` when given)."""
     store = _store(tracking_uri)
     return Sweep(store, store.sweep(sweep, experiment=experiment))
+
+
+def _duration(run: RunRecord) -> float:
+    """Seconds the trial ran: its recorded duration (which leaves out the time a resumed sweep
+    was stopped), else its run's end minus start."""
+    if DURATION_TAG in run.tags:
+        return float(run.tags[DURATION_TAG])
+    return (run.end_time - run.start_time) if run.end_time and run.start_time else math.nan
+
+
+def _int_or_nan(text: str | None) -> float | int:
+    return int(text) if text not in (None, "") else math.nan
+
+
+class BestCheckpoint(str):
+    """The path of a trial's best kept checkpoint, with the step it holds and that step's value
+    of ``metric``, beside the step and value of the trial's best (see
+    :meth:`Sweep.best_checkpoint`). It is the path wherever a ``str`` is taken."""
+
+    trial: str
+    metric: str
+    step: int | None
+    value: float | None
+    best_step: int
+    best_value: float
+
+    def __new__(cls, path: str, **facts: Any) -> BestCheckpoint:
+        checkpoint = super().__new__(cls, path)
+        checkpoint.__dict__.update(facts)
+        return checkpoint
+
+    @property
+    def holds_best(self) -> bool:
+        """Whether the checkpoint is of the step with the trial's best value."""
+        return self.step == self.best_step
+
+    def describe(self) -> str:
+        """One line: the checkpoint's step and value, and the best step's when they differ."""
+        held = "step ?" if self.step is None else f"step {self.step}"
+        if self.value is not None:
+            held += f" ({self.metric} {self.value:.6g})"
+        best = f"{self.metric} {self.best_value:.6g} at step {self.best_step}"
+        if self.holds_best:
+            return f"{self.trial}: checkpoint of {held}, its best {self.metric}"
+        return f"{self.trial}: checkpoint of {held}; its best was {best}, which has no kept checkpoint"
+
+    def __repr__(self) -> str:
+        return f"BestCheckpoint({str(self)!r}: {self.describe()})"

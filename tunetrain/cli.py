@@ -192,7 +192,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
     exit 0 when every check passed (or was skipped), 1 otherwise."""
     from datetime import datetime
 
-    from tunetrain import estimate, smoke, tracking
+    from tunetrain import smoke, tracking
 
     if args.smoke_steps < 2:
         raise ExperimentError(
@@ -226,24 +226,25 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
     if trial is not None and trial.status != "failed" and not outcome.bad_input:
         verdict = smoke.checkpoint_check(experiment, trial)
         if verdict is None:
-            first = trial.checkpoints[0]  # the earliest: the loop still has steps to run from it
-            print(f"\nSmoke round trip: a new trial starts from {first['path']}", file=stream, flush=True)
+            # The latest, as a resumed or restarted trial would (Tune keeps it whatever the policy).
+            latest = trial.checkpoints[-1]
+            print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=stream, flush=True)
             _, restored = execute_sweep(
                 smoke.restore_experiment(tiny),
                 name=f"{experiment.name}-smoke-restore-{stamp}",
-                initial_checkpoint=first["path"],
+                initial_checkpoint=latest["path"],
                 **common,
             )
             if restored.parent_run_id:
                 store.set_tags(restored.parent_run_id, {"tunetrain.smoke": "true"})
-            verdict = smoke.round_trip_check(first, restored)
+            verdict = smoke.round_trip_check(latest, restored)
         checks.append(verdict)
         measured = smoke.timings(trial, history)
         checks.append(smoke.timing_check(measured))
         if measured is not None and outcome.parent_run_id:  # for the cost estimate of --dry-run
             store.set_tags(
                 outcome.parent_run_id,
-                {estimate.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", estimate.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
+                {tracking.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", tracking.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
             )
     failed = [c for c in checks if c.verdict == "FAIL"]
     print(f"\nSmoke test of {experiment.name} ({args.smoke_steps} steps):", file=stream)
@@ -310,23 +311,38 @@ def execute_sweep(
     )
     if resume is not None:
         plan = _resumed_plan(plan, resume)
+    from tunetrain.algorithms import budget_warning
+
+    if (warning := budget_warning(plan.experiment)) is not None:
+        print(f"tunetrain: warning: {warning}", file=stream, flush=True)
     if dry_run:
         from tunetrain import estimate
 
         print(tuner.describe_plan(plan), file=stream)
-        smoke = tracking.latest_smoke_timings(tracking_uri, experiment.name)
-        print(estimate.describe(plan.experiment, max_concurrent=plan.max_concurrent, smoke=smoke), file=stream)
+        shape = tuner.trial_shape(plan.experiment)
+        smoke = tracking.latest_smoke_timings(tracking_uri, experiment.name, shape=shape)
+        unfit = ""
+        if smoke is None and (other := tracking.latest_smoke_timings(tracking_uri, experiment.name)) is not None:
+            unfit = (
+                f"The newest smoke run, {other.sweep}, ran {other.shape_text()}, and this sweep runs "
+                f"{tracking.describe_shape(shape)}: its start-up and step times do not apply."
+            )
+        print(
+            estimate.describe(plan.experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit),
+            file=stream,
+        )
         if require_estimate and smoke is None:
             raise ExperimentError(
-                f"--estimate needs the timings of a smoke run of {experiment.name!r}, and the store "
-                f"{tracking_uri} has none.",
-                fix="Run `tunetrain sweep FILE --smoke` first (same --tracking-uri).",
+                f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
+                f"{tracking.describe_shape(shape)}, and the store {tracking_uri} has none. {unfit}".rstrip(),
+                fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
+                "--trial-runner (same --tracking-uri).",
             )
         return EXIT_OK, None
     if experiment.preflight is not None:
         experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     print(
-        f"Sweep {plan.sweep_name}: {experiment.num_samples} trials, at most {plan.max_concurrent} at once, "
+        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
         f"metric {experiment.primary_metric} ({experiment.primary_mode}); tracking {tracking_uri}",
         file=stream,
         flush=True,
@@ -462,6 +478,7 @@ def show_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     if not args.all_columns and not trials.empty:
         # The searched parameters only (fixed values are the same in every row).
         wanted = [*SHOW_COLUMNS, *[f"config/{p}" for p in sweep.params], *[c for c in trials if c.startswith("best_")]]
+        wanted += ["checkpoint_step"]  # beside best_step: a checkpoint of another step says so
         wanted += [m for m in sweep.metrics if f"best_{m}" not in wanted]
         trials = trials[[c for c in wanted if c in trials.columns]]
     print(f"{sweep!r}", file=stream)
@@ -491,18 +508,20 @@ def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
 
     sweep = _load(args)
     config = sweep.best_config()
+    checkpoint = sweep.best_checkpoint()
+    if checkpoint is not None:  # on stderr: stdout stays the config or path alone, for $(...)
+        print(checkpoint.describe(), file=sys.stderr)
     if args.format == "json":
         print(json.dumps(config, indent=2, default=str), file=stream)
     elif args.format == "set":
         print(" ".join(f"--set {shlex.quote(f'{k}={v!r}')}" for k, v in _space.flatten(config).items()), file=stream)
     else:
-        path = sweep.best_checkpoint()
-        if path is None:
+        if checkpoint is None:
             raise ExperimentError(
                 f"The best trial of sweep {sweep.name!r} kept no checkpoint.",
                 fix="Report checkpoints with ray.train.report(..., checkpoint=...) in the train loop.",
             )
-        print(path, file=stream)
+        print(checkpoint, file=stream)
     return EXIT_OK
 
 
@@ -551,14 +570,27 @@ def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     if uri.startswith(("http://", "https://")):
         print(f"The store is a tracking server already: open {uri}", file=stream)
         return EXIT_OK
-    server, url = tracking.start_ui_server(uri, port=args.port)
-    print(f"MLflow UI for {uri}: {url}  (Ctrl+C stops it)", file=stream, flush=True)
+    import os
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # the server runs in its own process group: take it down too
+
+    # Ctrl+C, `kill PID` (SIGTERM) and a closed terminal (SIGHUP) all stop the server with this
+    # process; the handlers are put back afterwards (the API may call this in a longer program).
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        server.wait()
-    except KeyboardInterrupt:
-        pass
+        server, url = tracking.start_ui_server(uri, port=args.port)
+        try:
+            print(f"MLflow UI for {uri}: {url}  (Ctrl+C or kill {os.getpid()} stops it)", file=stream, flush=True)
+            server.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            tracking.stop_ui_server(server)
     finally:
-        tracking.stop_ui_server(server)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return EXIT_OK
 
 
@@ -657,7 +689,11 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
             f"Sweep {args.sweep!r} did not record the command it started with (its journal's header: {header}).",
             fix="Resume it with the same command line plus --resume --name " + args.sweep,
         )
-    argv += ["--resume", "--name", args.sweep, "--storage", args.storage]
+    # The recorded command's own --name/--storage/--resume give way to these (said once each).
+    replaced = {"--name": 1, "--storage": 1, "--resume": 0}
+    if args.num_samples is not None:
+        replaced["--num-samples"] = 1
+    argv = [*_without_flags(argv, replaced), "--resume", "--name", args.sweep, "--storage", args.storage]
     if args.num_samples is not None:
         argv += ["--num-samples", str(args.num_samples)]
     resumed = build_parser().parse_args(argv)
@@ -669,6 +705,21 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
         resumed.tracking_uri = header["tracking_uri"]
     status: int = sweep_command(resumed, stream=stream)
     return status
+
+
+def _without_flags(argv: list[str], flags: dict[str, int]) -> list[str]:
+    """``argv`` without each of ``flags`` (flag -> how many values follow it), in either the
+    ``--flag value`` or the ``--flag=value`` form."""
+    out: list[str] = []
+    skip = 0
+    for word in argv:
+        if skip:
+            skip -= 1
+        elif word in flags:
+            skip = flags[word]
+        elif not any(word.startswith(flag + "=") for flag in flags):
+            out.append(word)
+    return out
 
 
 def sync_parser(subparsers: Any) -> None:

@@ -16,9 +16,6 @@ import dataclasses
 import math
 from typing import Any
 
-SMOKE_STARTUP_TAG = "tunetrain.smoke.startup_s"
-SMOKE_ITERATION_TAG = "tunetrain.smoke.iteration_s"
-
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
@@ -59,11 +56,11 @@ def estimate(experiment: Any, *, max_concurrent: int, startup_s: float, iteratio
         return None
     iterations, basis = found
     trial_s = startup_s + iterations * iteration_s
-    waves = math.ceil(experiment.num_samples / max(1, max_concurrent))
+    waves = math.ceil(experiment.total_trials / max(1, max_concurrent))
     worker = experiment.worker_resources
     cpus = experiment.max_workers * worker.get("CPU", 0.0)  # an elastic trial at its largest
     gpus = experiment.max_workers * worker.get("GPU", 0.0)
-    total_s = trial_s * experiment.num_samples
+    total_s = trial_s * experiment.total_trials  # grid points included
     return Estimate(
         iterations_per_trial=iterations,
         basis=basis,
@@ -83,11 +80,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def describe(experiment: Any, *, max_concurrent: int, smoke: tuple[str, float, float] | None) -> str:
-    """The estimate lines of ``--dry-run``: from the latest smoke run, or how to get one."""
+def describe(experiment: Any, *, max_concurrent: int, smoke: Any, unfit: str = "") -> str:
+    """The estimate lines of ``--dry-run``: from the latest smoke run of the sweep's trial shape
+    (``smoke``, a :class:`tunetrain.tracking.SmokeTimings`), or why there is none and how to
+    get one (``unfit``: why the newest smoke run does not apply)."""
     if smoke is None:
+        if unfit:
+            return f"Estimate: none. {unfit}"
         return "Estimate: no smoke run of this experiment recorded; run `tunetrain sweep FILE --smoke` first."
-    name, startup_s, iteration_s = smoke
+    name, startup_s, iteration_s = smoke.sweep, smoke.startup_s, smoke.iteration_s
     found = estimate(experiment, max_concurrent=max_concurrent, startup_s=startup_s, iteration_s=iteration_s)
     source = f"smoke run {name}: start-up {startup_s:.3g} s, {iteration_s:.3g} s per iteration"
     if found is None:

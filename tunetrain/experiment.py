@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ray import cloudpickle  # Ray pickles with its own vendored copy
 
-from tunetrain._space import is_distribution, iter_leaves
+from tunetrain._space import is_distribution, is_grid, iter_leaves, merge
 from tunetrain.errors import ExperimentError
 
 Mode = Literal["min", "max"]
@@ -40,14 +40,20 @@ class StopRule:
 
     Args:
         max_iterations: a trial stops after this many reports (``training_iteration``).
-            Also the default ``max_t`` of ASHA.
+            Also the default ``max_t`` of ASHA and HyperBand (and the base of PBT's default
+            perturbation interval).
         max_trial_seconds: a trial stops once its training time passes this.
         time_budget_s: the whole sweep stops launching and running trials after this.
+        iterations_from: ``max_iterations`` worked out from the experiment's fixed values
+            (its ``defaults``, after ``--set``), for a loop whose number of reports is a
+            setting, e.g. ``lambda c: c["train"]["max_steps"] // c["train"]["eval_every"]``;
+            it replaces ``max_iterations`` whenever the experiment's defaults change.
     """
 
     max_iterations: int | None = None
     max_trial_seconds: float | None = None
     time_budget_s: float | None = None
+    iterations_from: Callable[[dict[str, Any]], int] | None = None
 
     def __post_init__(self) -> None:
         for field in ("max_iterations", "max_trial_seconds", "time_budget_s"):
@@ -166,7 +172,27 @@ class Experiment:
     source_path: str | None = None
 
     def __post_init__(self) -> None:
+        if self.stop.iterations_from is not None:
+            object.__setattr__(self, "stop", self._stop_from_defaults())
         self.validate()
+
+    def _stop_from_defaults(self) -> StopRule:
+        """The stop rule with ``max_iterations`` from ``stop.iterations_from(defaults)``."""
+        assert self.stop.iterations_from is not None
+        try:
+            iterations = self.stop.iterations_from(merge({}, self.defaults))  # a copy: it cannot change them
+        except Exception as exc:
+            raise ExperimentError(
+                f"StopRule.iterations_from failed on the experiment's fixed values: {type(exc).__name__}: {exc}.",
+                fix="It reads Experiment.defaults only (a searched value differs by trial); "
+                "set StopRule(max_iterations=...) instead if the count is searched.",
+            ) from exc
+        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+            raise ExperimentError(
+                f"StopRule.iterations_from must give a whole number of reports >= 1, but got {iterations!r}.",
+                fix="Check the settings it divides, e.g. max_steps must be at least eval_every.",
+            )
+        return dataclasses.replace(self.stop, max_iterations=iterations)
 
     def replace(self, **changes: Any) -> Experiment:
         """A copy with ``changes`` applied and validated again."""
@@ -212,6 +238,16 @@ class Experiment:
     @property
     def elastic(self) -> bool:
         return isinstance(self.workers_per_trial, tuple)
+
+    @property
+    def total_trials(self) -> int:
+        """How many trials the sweep runs: ``num_samples`` times the grid's points, since Ray
+        Tune runs the whole ``tune.grid_search`` grid once per sample."""
+        points = 1
+        for _, value in iter_leaves(self.space):
+            if is_grid(value):
+                points *= len(value["grid_search"])
+        return self.num_samples * points
 
     @property
     def in_process(self) -> bool:

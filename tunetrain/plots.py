@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from tunetrain.analysis import Sweep
 from tunetrain.errors import ExperimentError
+from tunetrain.tracking import ASHA_RUNGS_TAG
 
 __all__ = [
     "learning_curves",
@@ -189,6 +190,12 @@ def param_importances(
             distributions[param] = FloatDistribution(float(values.min()), float(values.max()), log=log)
         else:
             distributions[param] = CategoricalDistribution(sorted(map(str, values.unique())))
+    if len(trials) >= 2 and trials[column].nunique() < 2:
+        raise ExperimentError(
+            f"Parameter importance explains how {metric!r} varies, and in sweep {sweep.name!r} every trial has the "
+            f"same {column} ({trials[column].iloc[0]!r}).",
+            fix="Nothing to explain: compare the trials' learning curves instead.",
+        )
     if len(trials) < 2 or not distributions:
         raise ExperimentError(
             f"Parameter importance needs at least 2 trials with a finite {metric!r} and a parameter that varies; "
@@ -259,12 +266,16 @@ def rungs(sweep: Sweep) -> Figure:
     """For ASHA/HyperBand: how many trials reached each rung (the step counts at which the
     scheduler stopped trials, and the full budget)."""
     trials = sweep.trials()
-    stopped = trials[trials["status"] == "stopped_early"]["iterations"]
-    levels = sorted({*map(int, stopped), int(trials["iterations"].max() or 0)} - {0})
-    reached = [int((trials["iterations"] >= level).sum()) for level in levels]
+    end = int(trials["iterations"].max() or 0)  # the longest trial's end: a bar, not a rung
+    if ASHA_RUNGS_TAG in sweep.tags:  # ASHA's own rungs, as the sweep's scheduler had them
+        rungs = {int(r) for r in sweep.tags[ASHA_RUNGS_TAG].split(",") if r}
+    else:  # older sweeps, HyperBand: where the scheduler did stop trials
+        rungs = set(map(int, trials[trials["status"] == "stopped_early"]["iterations"]))
+    levels = sorted(r for r in rungs if 0 < r < end)
+    reached = [int((trials["iterations"] >= level).sum()) for level in [*levels, end]]
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
-    ax.bar([str(level) for level in levels], reached, color="tab:blue")
+    ax.bar([*map(str, levels), f"end ({end})"], reached, color="tab:blue")
     for i, count in enumerate(reached):
         ax.annotate(str(count), (i, count), ha="center", va="bottom")
     ax.set_xlabel("rung (steps)")

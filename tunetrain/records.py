@@ -30,6 +30,20 @@ class TrialRecord:
     end_time: float | None = None
     # Why the trial restarted from its checkpoint (worker failures), oldest first.
     restarts: list[str] = dataclasses.field(default_factory=list)
+    # Seconds it ran in the sweep's earlier sessions (before a Ctrl+C or crash and a resume),
+    # and when it started running in this one: its duration leaves out the time in between.
+    ran_s: float = 0.0
+    running_since: float = 0.0
+
+    def ended(self, status: TrialStatus, end_time: float, error: str | None = None) -> None:
+        """The trial ended (in this session): its status, and the time it ran is added up."""
+        self.status, self.end_time, self.error = status, end_time, error
+        self.ran_s += max(0.0, end_time - (self.running_since or self.start_time))
+
+    def reopened(self, now: float) -> None:
+        """A resumed sweep goes on with an interrupted trial."""
+        self.status, self.end_time, self.error = "running", None, None
+        self.running_since = now
 
     def reported(self, step: int, metrics: dict[str, float], *, metric: str, mode: str) -> None:
         """A report the sweep recorded (from Tune, or replayed from the journal on resume)."""

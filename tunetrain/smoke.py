@@ -52,8 +52,8 @@ def smoke_experiment(experiment: Experiment, *, steps: int) -> Experiment:
         searcher_options={},
         stop=StopRule(max_iterations=steps, max_trial_seconds=experiment.stop.max_trial_seconds),
         max_concurrent=1,
-        # Keep every checkpoint: the round trip starts from the first one (the loop has steps left).
-        checkpoint=dataclasses.replace(experiment.checkpoint, num_to_keep=None),
+        # The experiment's own checkpoint policy: the smoke keeps what the sweep would keep,
+        # and the round trip starts from the latest checkpoint, which Tune always keeps.
     )
 
 

@@ -40,7 +40,6 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from tunetrain.errors import ExperimentError
-from tunetrain.estimate import SMOKE_ITERATION_TAG, SMOKE_STARTUP_TAG
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -58,6 +57,18 @@ SWEEP_ID_TAG = "tunetrain.sweep_id"
 TRIAL_ID_TAG = "tunetrain.trial_id"
 ROLE_TAG = "tunetrain.role"  # "sweep" on a sweep's parent run
 ERROR_TAG = "tunetrain.error"
+# What a --smoke run measured (on its parent run), for the estimate of --dry-run/--estimate,
+# and the tags that say what shape of trial it measured (an estimate uses a smoke of its shape).
+SMOKE_STARTUP_TAG = "tunetrain.smoke.startup_s"
+SMOKE_ITERATION_TAG = "tunetrain.smoke.iteration_s"
+SMOKE_SHAPE_TAGS = ("tunetrain.workers_per_trial", "tunetrain.trial_runner")
+# ASHA's rungs ("1,2,4") and max_t, as the sweep's scheduler had them (parent run).
+ASHA_RUNGS_TAG = "tunetrain.asha.rungs"
+ASHA_MAX_T_TAG = "tunetrain.asha.max_t"
+# The step of the checkpoint a trial kept as its best (by the checkpoint policy's score).
+CHECKPOINT_STEP_TAG = "tunetrain.checkpoint.best_step"
+# Seconds a trial ran, summed over the sweep's sessions (a resume leaves out the time between).
+DURATION_TAG = "tunetrain.duration_s"
 PARENT_TAG = "mlflow.parentRunId"
 
 # tunetrain status -> MLflow run status. A trial stopped early or diverged ran as it
@@ -103,10 +114,32 @@ def check_store(tracking_uri: str) -> str | None:
     return None
 
 
-def latest_smoke_timings(tracking_uri: str, experiment: str) -> tuple[str, float, float] | None:
-    """(sweep name, start-up s, s per iteration) of the experiment's latest ``--smoke`` run;
-    None when there is none. Reads nothing (and creates no sqlite file) when the store is a
-    sqlite file that does not exist yet."""
+@dataclasses.dataclass(frozen=True)
+class SmokeTimings:
+    """What a ``--smoke`` run measured, and the trial shape it measured it with."""
+
+    sweep: str
+    startup_s: float
+    iteration_s: float
+    shape: dict[str, str]  # SMOKE_SHAPE_TAGS -> value
+
+    def shape_text(self) -> str:
+        return describe_shape(self.shape)
+
+
+def describe_shape(shape: Mapping[str, str]) -> str:
+    """``2 worker(s) per trial (torch_trainer)``."""
+    workers = shape.get("tunetrain.workers_per_trial", "?")
+    return f"{workers} worker(s) per trial ({shape.get('tunetrain.trial_runner', '?')})"
+
+
+def latest_smoke_timings(
+    tracking_uri: str, experiment: str, *, shape: Mapping[str, str] | None = None
+) -> SmokeTimings | None:
+    """The timings of the experiment's latest ``--smoke`` run (of this trial ``shape`` when
+    given: the start-up of a 2-worker trial is not a 1-worker one's); None when there is none.
+    Reads nothing (and creates no sqlite file) when the store is a sqlite file that does not
+    exist yet."""
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///") :]).exists():
         return None
     store = SweepStore(tracking_uri)
@@ -114,9 +147,16 @@ def latest_smoke_timings(tracking_uri: str, experiment: str) -> tuple[str, float
         return None
     for run in store.sweeps(experiment):
         tags = run.tags
-        if tags.get("tunetrain.smoke") == "true" and SMOKE_ITERATION_TAG in tags:
-            startup, iteration = tags[SMOKE_STARTUP_TAG], tags[SMOKE_ITERATION_TAG]
-            return tags.get(SWEEP_NAME_TAG, run.name), float(startup), float(iteration)
+        if tags.get("tunetrain.smoke") != "true" or SMOKE_ITERATION_TAG not in tags:
+            continue
+        found = {key: str(tags.get(key, "")) for key in SMOKE_SHAPE_TAGS}
+        if shape is None or all(found[key] == str(shape.get(key, "")) for key in SMOKE_SHAPE_TAGS):
+            return SmokeTimings(
+                sweep=tags.get(SWEEP_NAME_TAG, run.name),
+                startup_s=float(tags[SMOKE_STARTUP_TAG]),
+                iteration_s=float(tags[SMOKE_ITERATION_TAG]),
+                shape=found,
+            )
     return None
 
 
@@ -144,21 +184,25 @@ def start_ui_server(
     # the group stops both.
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            output = server.stdout.read().decode(errors="replace") if server.stdout else ""
-            raise ExperimentError(
-                f"The MLflow UI server exited with status {server.returncode} before answering on {url}:\n"
-                f"{output[-2000:]}",
-                fix=f"Is port {port} free? Pass another with --port.",
-            )
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return server, url
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)  # polling a server's start-up: the wait ends on its answer, not on time
+    try:
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                output = server.stdout.read().decode(errors="replace") if server.stdout else ""
+                raise ExperimentError(
+                    f"The MLflow UI server exited with status {server.returncode} before answering on {url}:\n"
+                    f"{output[-2000:]}",
+                    fix=f"Is port {port} free? Pass another with --port.",
+                )
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return server, url
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)  # polling a server's start-up: the wait ends on its answer, not on time
+    except BaseException:  # Ctrl+C or a signal while it starts: it does not outlive the caller
+        stop_ui_server(server)
+        raise
     stop_ui_server(server)
     raise ExperimentError(
         f"The MLflow UI server did not answer on {url} within {timeout_s:.0f} s.",
@@ -642,10 +686,12 @@ class SweepRecorder:
         if best_config is not None:
             all_tags["tunetrain.best_config"] = json.dumps(best_config, default=str)
             self._client.log_dict(parent, dict(best_config), "best_config.json")
-        now = int(entry["time"] * 1000)
-        # The best value is one point at step 0: once, however often the sweep was resumed.
+        now, step = int(entry["time"] * 1000), int(entry.get("step", 0))
+        # The best value is one point per session of the sweep, at step = how often it was
+        # resumed: the newest (MLflow's latest value: highest step) is the whole sweep's best,
+        # and a session's end sent again writes nothing twice.
         present = self._points(parent, set(entry["best_metrics"]))
-        metrics = [Metric(k, float(v), now, 0) for k, v in entry["best_metrics"].items() if (k, 0) not in present]
+        metrics = [Metric(k, float(v), now, step) for k, v in entry["best_metrics"].items() if (k, step) not in present]
         if metrics:
             self._client.log_batch(parent, metrics=metrics)
         self._log_params_and_tags(parent, {}, all_tags)
@@ -712,11 +758,14 @@ class SweepRecorder:
         tags: Mapping[str, Any],
         best_trial: str | None,
         best_config: Mapping[str, Any] | None,
+        step: int = 0,
     ) -> None:
-        """Close the parent run with the best trial's metric, config and run id."""
+        """Close the parent run with the best trial's metric, config and run id; ``step`` is
+        the session (0, then 1 for the first resume, ...)."""
         self._emit(
             "end_sweep",
             status=status,
+            step=step,
             best_metrics=dict(best_metrics),
             tags=dict(tags),
             best_trial=best_trial,
@@ -739,7 +788,7 @@ class SweepRecorder:
 
     def reopen_trial(self, trial: str) -> None:
         """Mark an interrupted trial's run running again (its sweep was resumed)."""
-        self._emit("reopen_trial", trial=trial)
+        self._emit("reopen_trial", trial=trial, time=time.time())
 
     def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None:
         """Queue one report's metrics; they go out with other queued points in one log_batch."""

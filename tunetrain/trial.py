@@ -29,6 +29,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray.train
@@ -369,6 +370,15 @@ def _headline(exc: BaseException) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+def remove_train_copies(train_storage: str, run_glob: str) -> None:
+    """Delete the folders of Ray Train's own runs matching ``run_glob`` (``trial_0003-*``: every
+    Train run of a trial; or one run's name) under ``train_storage`` (local disk only)."""
+    if "://" in train_storage:
+        return
+    for folder in Path(train_storage).glob(run_glob):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     """The Tune function of a multi-worker trial: run a TorchTrainer, report what it reports.
 
@@ -460,10 +470,10 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             with contextlib.suppress(Exception):  # best effort: this process is going away anyway
                 ray.get(controller.abort.remote(), timeout=30)
     thread.join()
-    if "://" not in spec.storage_path:
-        # Tune holds copies of every checkpoint it kept; Train's own (its latest, for
-        # restarting workers) is not needed once its run has ended.
-        shutil.rmtree(os.path.join(spec.storage_path, run_name), ignore_errors=True)
+    # Tune holds copies of every checkpoint it kept; Train's own (its latest, for restarting
+    # workers) is not needed once its run has ended. (A trial that Tune stops may not get
+    # here: its process can end first; the sweep removes those when the trial ends.)
+    remove_train_copies(spec.storage_path, run_name)
     oom = oom_in_error(str(failure[0])) if failure and spec.objectives else None
     if oom is not None:
         # As for a single worker: the scheduler and searcher see the worst value (a failed

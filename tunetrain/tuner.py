@@ -31,6 +31,7 @@ from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 from tunetrain import _space, provenance
 from tunetrain.algorithms import (
+    asha_rungs,
     build_scheduler,
     build_searcher,
     check_pairing,
@@ -44,7 +45,15 @@ from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, error_headline, pareto_front
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import derive_seed, draw_root_seed
-from tunetrain.tracking import JOURNAL_NAME, Journal, SweepRecorder
+from tunetrain.tracking import (
+    ASHA_MAX_T_TAG,
+    ASHA_RUNGS_TAG,
+    CHECKPOINT_STEP_TAG,
+    DURATION_TAG,
+    JOURNAL_NAME,
+    Journal,
+    SweepRecorder,
+)
 from tunetrain.trial import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
@@ -54,6 +63,7 @@ from tunetrain.trial import (
     TrialNamer,
     TrialSpec,
     oom_in_error,
+    remove_train_copies,
     run_trial,
     run_trial_in_process,
     trial_dirname,
@@ -280,7 +290,7 @@ def plan_sweep(
         strategy=experiment.placement_strategy,
         nodes=nodes,
     )
-    max_concurrent = min(experiment.max_concurrent or fits, experiment.num_samples)
+    max_concurrent = min(experiment.max_concurrent or fits, experiment.total_trials)  # grid points included
     free = _space.free_dimensions(experiment.space)
     searcher = experiment.searcher
     if not free and searcher in ("optuna", "hyperopt"):
@@ -288,8 +298,10 @@ def plan_sweep(
         searcher = "random"
     check_pairing(experiment.replace(searcher=searcher))
     root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
-    # Build the scheduler and searcher once now, so that bad options fail before anything starts.
+    # Build the scheduler, searcher and budget gate once now, so that bad options fail before
+    # anything starts.
     build_scheduler(experiment)
+    budget_gate(experiment, budget)
     build_searcher(experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent)
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     return SweepPlan(
@@ -306,6 +318,24 @@ def plan_sweep(
         trial_seeds=tuple(trial_seeds),
         initial_checkpoint=initial_checkpoint,
         budget=budget,
+    )
+
+
+def train_storage(plan: SweepPlan) -> str:
+    """Where Ray Train keeps its own runs of a sweep's multi-worker trials."""
+    return f"{plan.storage_path}/{plan.sweep_name}/train"
+
+
+def budget_gate(experiment: Experiment, budget: Budget | None) -> BudgetGate | None:
+    """The gate that stops launching trials at ``budget`` (None without one); raises
+    ExperimentError when the budget cannot apply (GPU-hours for trials without a GPU)."""
+    if budget is None:
+        return None
+    worker = experiment.worker_resources
+    return BudgetGate(
+        budget,
+        cpus_per_trial=experiment.max_workers * worker.get("CPU", 0.0),
+        gpus_per_trial=experiment.max_workers * worker.get("GPU", 0.0),
     )
 
 
@@ -326,7 +356,7 @@ def describe_plan(plan: SweepPlan) -> str:
         + (" (the scheduler and the best trial use the first)" if exp.multi_objective else ""),
         f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
         f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
-        f"Trials: {exp.num_samples}, at most {plan.max_concurrent} at once",
+        f"Trials: {_trials_text(exp)}, at most {plan.max_concurrent} at once",
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
         f"Per trial: {_workers_text(exp)} worker(s) x ({describe_resources(exp.worker_resources)}), "
@@ -404,6 +434,7 @@ class SweepCallback(tune.Callback):
         records: Mapping[str, TrialRecord] | None = None,
     ) -> None:
         self.plan = plan
+        self.train_storage = train_storage(plan)
         self.budget_gate = budget_gate
         # The sweep's code, version and hardware facts, copied onto every trial's run.
         self.provenance = dict(provenance or {})
@@ -441,7 +472,7 @@ class SweepCallback(tune.Callback):
             self.records[trial.trial_id] = record = named
         if record is not None:  # resumed (HyperBand, a resumed sweep) or restarted from a donor (PBT): same run
             if record.status == "interrupted":  # Ctrl+C or a crash ended it; the resumed sweep goes on with it
-                record.status, record.end_time = "running", None
+                record.reopened(time.time())
                 self.recorder.reopen_trial(record.name)
                 if self.budget_gate is not None:
                     self.budget_gate.started(trial.trial_id)
@@ -456,7 +487,8 @@ class SweepCallback(tune.Callback):
             trial_id=trial.trial_id,
             config=dict(trial.config),
             seed=trial_seed(self.plan.root_seed, index, self.plan.trial_seeds),
-            start_time=time.time(),
+            start_time=(now := time.time()),
+            running_since=now,
         )
         self.records[trial.trial_id] = record
         if self.budget_gate is not None:
@@ -661,13 +693,17 @@ class SweepCallback(tune.Callback):
     def _end(self, record: TrialRecord, status: Any, error: str | None = None) -> None:
         if record.status in ENDED:
             return
-        record.status = status
-        record.error = error
-        record.end_time = time.time()
+        record.ended(status, time.time(), error)
+        assert record.end_time is not None
+        # Ray Train's own copies of its checkpoints (multi-worker trials) are of no use now:
+        # Tune holds the kept ones. A trial Tune stopped can end before its driver deletes them.
+        remove_train_copies(self.train_storage, f"{record.name}-*")
         best = record.best_checkpoint(self.score_attribute, self.score_order)
-        tags: dict[str, Any] = {"tunetrain.iterations": record.iterations}
+        # The time it ran, without the time a Ctrl+C or crash kept the sweep stopped.
+        tags: dict[str, Any] = {"tunetrain.iterations": record.iterations, DURATION_TAG: round(record.ran_s, 3)}
         if best is not None:
             tags["tunetrain.checkpoint.best"] = best["path"]
+            tags[CHECKPOINT_STEP_TAG] = best["step"]
         artifacts = (
             {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
         )
@@ -731,6 +767,7 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
                 config=nested_config({k: repr(v) for k, v in entry["params"].items()}),
                 seed=int(tags["tunetrain.seed"]),
                 start_time=float(entry["start_time"]),
+                running_since=float(entry["start_time"]),
             )
             records[record.trial_id] = by_name[name] = record
             continue
@@ -749,9 +786,9 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
             if "tunetrain.restart_reason" in tags:
                 record.restarts.append(str(tags["tunetrain.restart_reason"]))
         elif op == "reopen_trial":
-            record.status, record.end_time, record.error = "running", None, None
+            record.reopened(float(entry.get("time", record.start_time)))
         elif op == "end_trial":
-            record.status, record.end_time, record.error = entry["status"], entry["end_time"], entry.get("error")
+            record.ended(entry["status"], float(entry["end_time"]), entry.get("error"))
     return records
 
 
@@ -777,8 +814,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "tunetrain.root_seed": plan.root_seed,
         "tunetrain.deterministic": str(exp.deterministic).lower(),
         "tunetrain.budget": plan.budget.text if plan.budget else "none",
-        "tunetrain.workers_per_trial": _workers_text(exp),
-        "tunetrain.trial_runner": "in_process" if exp.in_process else "torch_trainer",
+        **trial_shape(exp),
         "tunetrain.max_concurrent": plan.max_concurrent,
         "tunetrain.storage_path": f"{plan.storage_path}/{plan.sweep_name}",
         "tunetrain.command": plan.command,
@@ -792,6 +828,8 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         "hardware.gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
         "hardware.cuda": provenance.cuda_version() or "none",
     }
+    if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
+        tags[ASHA_RUNGS_TAG], tags[ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
     tags.update({f"version.{name}": version for name, version in provenance.package_versions().items()})
     if exp.source_path:
         tags.update({f"tunetrain.{k}": v for k, v in provenance.git_state(exp.source_path).items()})
@@ -930,22 +968,18 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
 
     interrupted = False
     crashed = False
-    scheduler = build_scheduler(exp)
     gate = None
-    if plan.budget is not None:
-        worker = exp.worker_resources
-        gate = BudgetGate(
-            plan.budget,
-            cpus_per_trial=exp.max_workers * worker.get("CPU", 0.0),
-            gpus_per_trial=exp.max_workers * worker.get("GPU", 0.0),
-        )
-        scheduler.budget_gate = gate
-    live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
-    searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
     stopper = SweepStopper(exp)
-    view = LiveView(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.num_samples, stream=stream)
+    view = LiveView(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.total_trials, stream=stream)
     callback: SweepCallback | None = None
+    # From here on the parent run exists: whatever is raised, the finally closes it.
     try:
+        scheduler = build_scheduler(exp)
+        gate = budget_gate(exp, plan.budget)
+        if gate is not None:
+            scheduler.budget_gate = gate
+        live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
+        searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
         callback = SweepCallback(
             plan=plan,
             recorder=recorder,
@@ -963,7 +997,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             resources_per_worker=exp.worker_resources,
             placement_strategy=exp.placement_strategy,
             root_seed=plan.root_seed,
-            storage_path=f"{plan.storage_path}/{plan.sweep_name}/train",
+            storage_path=train_storage(plan),
             trial_seeds=plan.trial_seeds,
             deterministic=exp.deterministic,
             initial_checkpoint=plan.initial_checkpoint,
@@ -1067,6 +1101,8 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         pareto_tags: dict[str, Any] = {}
         if outcome.stop_reason:
             pareto_tags["tunetrain.stop_reason"] = outcome.stop_reason
+        # Every Train run has ended: none of Train's own checkpoint copies is needed.
+        remove_train_copies(f"{plan.storage_path}/{plan.sweep_name}", "train")
         if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
             outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
             pareto_tags["tunetrain.checkpoints_kept"] = outcome.checkpoints_kept
@@ -1091,10 +1127,12 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
             tags={
                 **pareto_tags,
                 "tunetrain.trials": len(records),
-                **{f"tunetrain.trials.{s}": outcome.count(s) for s in ENDED if outcome.count(s)},
+                # Every status, 0 included: a resumed sweep's counts replace the last session's.
+                **{f"tunetrain.trials.{s}": outcome.count(s) for s in ENDED},
             },
             best_trial=best.name if best else None,
             best_config=best.config if best else None,
+            step=resumes,
         )
         recorder.flush()
         outcome.run_ids = {r.name: rid for r in records if (rid := recorder.run_id(r.name))}
@@ -1127,6 +1165,23 @@ class _ResumedSearch(SearchGenerator):
         super().set_state(state)
         if self._total_samples < self._wanted:
             self._total_samples, self._finished = self._wanted, False
+
+
+def trial_shape(experiment: Experiment) -> dict[str, str]:
+    """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
+    sweeps of the same shape."""
+    return {
+        "tunetrain.workers_per_trial": _workers_text(experiment),
+        "tunetrain.trial_runner": "in_process" if experiment.in_process else "torch_trainer",
+    }
+
+
+def _trials_text(experiment: Experiment) -> str:
+    """The sweep's trial count as the plan prints it: ``8``, or ``6 (3 samples x 2 grid points)``."""
+    total = experiment.total_trials
+    if total == experiment.num_samples:
+        return str(total)
+    return f"{total} ({experiment.num_samples} sample(s) x {total // experiment.num_samples} grid points)"
 
 
 def _workers_text(experiment: Experiment) -> str:
