@@ -35,9 +35,15 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+# A smoke run's arms, run in the script's own process (see run_arm); None when measuring.
+_IN_PROCESS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+
+
 def arm_main(arms: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]], args: argparse.Namespace) -> bool:
     """In an arm subprocess: run the arm and print its result; returns False in the parent."""
+    global _IN_PROCESS
     if not args.arm:
+        _IN_PROCESS = arms if args.smoke else None
         return False
     result = arms[args.arm](json.loads(args.params))
     print(_RESULT_PREFIX + json.dumps(result), flush=True)
@@ -45,8 +51,14 @@ def arm_main(arms: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]], arg
 
 
 def run_arm(script: str, arm: str, params: dict[str, Any], *, workdir: Path) -> dict[str, Any]:
-    """Run one arm in a fresh Python (and so a fresh Ray) and return its measurements."""
+    """Run one arm in a fresh Python (and so a fresh Ray) and return its measurements.
+
+    A smoke run measures nothing, so there each arm runs in this process instead, after
+    ``ray.shutdown()`` (its own Ray all the same): it checks that the arm works without the
+    seconds of a Python start and of imports that each arm's process would cost."""
     workdir.mkdir(parents=True, exist_ok=True)
+    if _IN_PROCESS is not None:
+        return _run_in_process(_IN_PROCESS[arm], params, workdir=workdir)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), "--arm", arm, "--params", json.dumps(params)],
@@ -62,6 +74,21 @@ def run_arm(script: str, arm: str, params: dict[str, Any], *, workdir: Path) -> 
         f"benchmark arm {script} --arm {arm} failed (exit {proc.returncode}):\n"
         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
+
+
+def _run_in_process(
+    run: Callable[[dict[str, Any]], dict[str, Any]], params: dict[str, Any], *, workdir: Path
+) -> dict[str, Any]:
+    import ray
+
+    ray.shutdown()
+    here = Path.cwd()
+    os.chdir(workdir)
+    try:
+        return dict(json.loads(json.dumps(run(params))))  # what a subprocess would have sent
+    finally:
+        os.chdir(here)
+        ray.shutdown()
 
 
 def tunetrain_sweep(*argv: str) -> tuple[float, str]:

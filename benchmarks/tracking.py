@@ -44,9 +44,13 @@ class _NullRecorder:
 
 
 def _count_store_calls() -> dict[str, int]:
-    """Count calls to the sqlite tracking store's public methods made in this process."""
+    """Count calls to the sqlite tracking store's public methods made in this process (from
+    now on: a smoke run's arms share one process, and each counts its own)."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
+    for name, method in list(vars(SqlAlchemyStore).items()):  # an earlier arm's counters go
+        if hasattr(method, "_counted"):
+            setattr(SqlAlchemyStore, name, method._counted)
     counts: dict[str, int] = {}
 
     def wrap(name: str, method: Any) -> Any:
@@ -54,6 +58,7 @@ def _count_store_calls() -> dict[str, int]:
             counts[name] = counts.get(name, 0) + 1
             return method(*args, **kwargs)
 
+        counted._counted = method  # type: ignore[attr-defined]
         return counted
 
     helpers = {"sanitize_metric_value", "shut_down_async_logging"}  # no database access
@@ -79,9 +84,13 @@ def on_off_arm(params: dict[str, Any]) -> dict[str, Any]:
     # The store exists before the sweep, as when a user runs sweep after sweep: creating a
     # sqlite store (its schema migrations) is a one-off cost of a few seconds.
     MlflowClient(f"sqlite:///{Path.cwd() / 'mlflow.db'}").search_experiments()
+    recorder = tuner.SweepRecorder
     if not params["tracking"]:
         tuner.SweepRecorder = _NullRecorder  # type: ignore[misc,assignment]
-    seconds, _ = c.tunetrain_sweep(*_sweep_args(params))
+    try:
+        seconds, _ = c.tunetrain_sweep(*_sweep_args(params))
+    finally:
+        tuner.SweepRecorder = recorder  # type: ignore[misc]
     return {"wall": seconds}
 
 

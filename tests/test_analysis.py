@@ -46,6 +46,8 @@ def test_trial_table_matches_what_mlflows_own_client_returns(analysed_sweep: Ana
     assert pd.api.types.is_integer_dtype(trials["config/width"]) and pd.api.types.is_float_dtype(trials["config/lr"])
     # ASHA stopped some trials: they are in the table with their status and shorter runs.
     assert set(trials["status"]) <= {"completed", "stopped_early"}
+    stopped = trials[trials["status"] == "stopped_early"]
+    assert len(stopped) > 0 and (stopped["iterations"] < 6).all(), trials[["status", "iterations"]]
     # Every second step is checkpointed: a trial stopped after one step kept none.
     assert (trials["checkpoint"].notna() == (trials["iterations"] >= 2)).all()
 

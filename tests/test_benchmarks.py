@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
 def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import write_experiment
 from tunetrain.tracking import Journal, start_ui_server, stop_ui_server
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -41,6 +43,7 @@ class Cluster:
         self.address = f"127.0.0.1:{self.port}"
         self.temp_dir = f"/tmp/tt-{os.getpid()}-{self.port}"  # short: Ray's socket paths have a length limit
         self.nodes: list[subprocess.Popen[bytes]] = []
+        self.watcher: subprocess.Popen[str] | None = None
         self.server: subprocess.Popen[bytes] | None = None
         self.tracking_uri = ""
         self.storage = str(folder / "shared_storage")  # every node sees it: they share this machine's disk
@@ -57,21 +60,39 @@ class Cluster:
         self.nodes.append(
             subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         )
-        wanted = len(self.nodes)
+        self.wait_for_nodes(len(self.nodes), resource)
+
+    def wait_for_nodes(self, wanted: int, resource: str) -> None:
+        """Return once ``wanted`` nodes are alive, as one watcher process connected to the
+        cluster reports them (a line every 0.2 s; a pipe it blocks on while nobody reads)."""
+        if self.watcher is None:
+            script = (
+                "import logging, time, ray\n"
+                "while True:\n"
+                "    try:\n"
+                f"        ray.init(address={self.address!r}, logging_level=logging.ERROR)\n"
+                "        break\n"
+                "    except Exception:\n"
+                "        time.sleep(0.2)  # the head node is still starting\n"
+                "while True:\n"
+                "    print(sum(1 for n in ray.nodes() if n['Alive']), flush=True)\n"
+                "    time.sleep(0.2)  # polling the cluster's node table\n"
+            )
+            env = {**os.environ, "RAY_AUTH_MODE": "token"}  # ray start turns token authentication on
+            self.watcher = subprocess.Popen(
+                [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+            )
+        assert self.watcher.stdout is not None
         deadline = time.monotonic() + 120
-        while self.alive_nodes() < wanted:  # polling the cluster until the node has joined
+        while True:
+            line = self.watcher.stdout.readline()
+            assert line, (
+                f"the node watcher exited; node {resource}: " + (self.folder / f"ray-{resource}.log").read_text()
+            )
+            if int(line) >= wanted:
+                return
             assert self.nodes[-1].poll() is None, (self.folder / f"ray-{resource}.log").read_text()
             assert time.monotonic() < deadline, f"node {resource} did not join in 2 minutes"
-            time.sleep(0.5)
-
-    def alive_nodes(self) -> int:
-        script = (
-            f"import ray, logging; ray.init(address={self.address!r}, logging_level=logging.ERROR); "
-            "print(sum(1 for n in ray.nodes() if n['Alive']))"
-        )
-        env = {**os.environ, "RAY_AUTH_MODE": "token"}  # ray start turns token authentication on
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0
 
     def start_server(self) -> None:
         self.server, self.tracking_uri = start_ui_server(
@@ -81,16 +102,14 @@ class Cluster:
         )
 
     def stop(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # every node at once, then wait for them
-            for node in self.nodes:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(node.pid, sig)
-            try:
-                for node in self.nodes:
-                    node.wait(timeout=60)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        # Every process of every node at once: `ray start --block` and what it started (GCS,
+        # raylet, dashboard, workers) share its process group. SIGKILL: a graceful stop of a
+        # node takes over 30 s, and nothing of this throwaway cluster needs saving.
+        processes: list[subprocess.Popen[Any]] = [*self.nodes, *([self.watcher] if self.watcher else [])]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
         if self.server is not None:
             stop_ui_server(self.server)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -176,7 +195,8 @@ experiment = Experiment(
 )
 """
 
-# Single-worker and two-worker (SPREAD) trials that report the rank count.
+# Single-worker trials (in process: Tune's trial actors) and two-worker (SPREAD) ones (a
+# TorchTrainer's workers) that report the rank count.
 PLACED = """
 import ray.train
 from ray import tune
@@ -191,7 +211,7 @@ def loop(config):
 experiment = Experiment(
     name="placed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
     scheduler="fifo", searcher="random", num_samples=4, resources_per_worker={"CPU": 1},
-    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2,
+    stop=StopRule(max_iterations=3), seed=2,
 )
 """
 

@@ -20,6 +20,7 @@ def test_committed_notebook_has_no_outputs() -> None:
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
 
 
+@pytest.mark.slow
 def test_analysis_notebook_runs_and_draws_its_figures(
     analysed_sweep: AnalysedSweep, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,9 @@ def test_importances_come_from_optuna_and_sum_to_one(analysed_sweep: AnalysedSwe
     evaluators: tuple[Literal["fanova", "mdi", "ped_anova"], ...] = ("fanova", "mdi", "ped_anova")
     for evaluator in evaluators:
         importances = plots.param_importances(sweep, evaluator=evaluator)
-        assert set(importances.index) <= {"lr", "optimizer", "width"}
+        # Every searched parameter gets an importance (an empty table would fail here).
+        assert set(importances.index) == {"lr", "optimizer", "width"}, importances
+        assert (importances >= 0).all()
         assert evaluator == "ped_anova" or math.isclose(importances.sum(), 1.0, rel_tol=1e-6)
 
 
@@ -58,8 +60,11 @@ def test_rungs_count_the_trials_reaching_each_step(analysed_sweep: AnalysedSweep
     trials = sweep.trials()
     bars = plots.rungs(sweep).axes[0].patches
     heights = [int(bar.get_height()) for bar in bars]  # type: ignore[attr-defined]
-    # Counts fall from rung to rung; the last bar is the trials that ran the full 6 steps.
-    assert heights == sorted(heights, reverse=True)
+    # ASHA stopped some trials (a rung below the full 6 steps), so there are several bars;
+    # counts fall from rung to rung; the last bar is the trials that ran the full 6 steps.
+    assert len(heights) >= 2, heights
+    assert heights == sorted(heights, reverse=True) and heights[0] > heights[-1], heights
+    assert heights[0] == len(trials)
     assert heights[-1] == int((trials["iterations"] == 6).sum())
 
 

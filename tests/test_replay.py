@@ -71,6 +71,7 @@ def _history(workdir: Path, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.slow
 def test_a_replayed_trial_has_the_same_metric_history(workdir: Path) -> None:
     status, out = run_cli("sweep", str(stochastic(workdir)), "--no-report")
     assert status == 0, out
@@ -90,6 +91,7 @@ def test_a_replayed_trial_has_the_same_metric_history(workdir: Path) -> None:
     assert status == 0 and "identical over 2 step(s)" in out
 
 
+@pytest.mark.slow
 def test_replay_names_the_first_step_that_differs(workdir: Path) -> None:
     status, out = run_cli("sweep", str(stochastic(workdir, samples=1)), "--set", "jitter=True", "--no-report")
     assert status == 0, out
@@ -108,6 +110,7 @@ def test_replay_names_the_first_step_that_differs(workdir: Path) -> None:
     assert loss["identical"] is False and loss["first_step"] == 1
 
 
+@pytest.mark.slow
 def test_two_workers_get_different_recorded_rank_seeds_and_replay_the_same(workdir: Path) -> None:
     status, out = run_cli("sweep", str(stochastic(workdir, workers=2, samples=1)), "--no-report")
     assert status == 0, out
@@ -123,6 +126,7 @@ def test_two_workers_get_different_recorded_rank_seeds_and_replay_the_same(workd
     assert "Replaying trial_0000" in out and "2 worker(s)" in out and "identical over 4 step(s)" in out
 
 
+@pytest.mark.slow
 def test_the_same_root_seed_gives_the_same_configs_and_histories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

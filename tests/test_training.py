@@ -140,6 +140,7 @@ def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path)
         assert [m.step for m in client.get_metric_history(ok.info.run_id, key)] == [1, 2, 3], key
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_two_worker_trial_out_of_memory_is_oom_and_the_worst_value_for_the_searcher(workdir: Path) -> None:
     from mlflow.tracking import MlflowClient
@@ -167,12 +168,13 @@ def test_a_two_worker_trial_out_of_memory_is_oom_and_the_worst_value_for_the_sea
     assert trial.status == "TERMINATED" and trial.last_result["loss"] == math.inf
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_two_worker_fsdp_gpt2_trial_trains_checkpoints_and_resumes_on_cpu(workdir: Path) -> None:
     from tests.conftest import EXPERIMENTS, run_cli
 
     # --smoke: a tiny trial, then a second trial started from the first one's checkpoint.
-    _, out = run_cli(
+    status, out = run_cli(
         "sweep",
         str(EXPERIMENTS / "gpt2_lr.py"),
         "--smoke",
@@ -187,6 +189,7 @@ def test_a_two_worker_fsdp_gpt2_trial_trains_checkpoints_and_resumes_on_cpu(work
         "--set",
         "train.precision=bf16",
     )
+    assert status == 0, out
     # Both workers trained the sharded model and reported the validation loss ...
     assert "PASS  metric: val_loss reported" in out, out
     # ... and the full state they saved loaded back into a new sharded trial, which trained on.
