@@ -89,7 +89,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 # A small real sweep that the analysis, plots, report, CLI and notebook tests read back:
 # a log-uniform, a categorical and an integer parameter; ASHA stops some trials; every second
-# step is checkpointed.
+# step is checkpointed, and a trial that runs all 6 steps is best at step 5 (not checkpointed).
 ANALYSED = """
 import json
 import math
@@ -105,6 +105,7 @@ def loop(config):
     penalty = {"adam": 0.0, "sgd": 0.5}[config["optimizer"]]
     for step in range(6):
         loss = (math.log10(config["lr"]) + 3) ** 2 + penalty + config["width"] / 100 + 1 / (step + 1)
+        loss -= 0.3 if step == 4 else 0.0  # the best step, 5, is one the loop does not checkpoint
         checkpoint = None
         with tempfile.TemporaryDirectory() as folder:
             if step % 2 == 1:

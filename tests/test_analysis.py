@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -113,3 +114,33 @@ def test_unknown_metric_and_bad_k_are_refused_with_the_valid_values(analysed_swe
         sweep.history("val")
     with pytest.raises(ValueError, match="k must be at least 1, but got k=0"):
         sweep.best(0)
+
+
+def test_the_best_checkpoint_names_its_step_beside_the_best_step(analysed_sweep: AnalysedSweep) -> None:
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    trials = sweep.trials()
+    history = sweep.history("loss")
+    for _, row in trials.iterrows():
+        points = history[history["run_id"] == row["run_id"]]
+        best = points.loc[points["value"].idxmin()]
+        assert row["best_step"] == best["step"]
+        # Every second step is checkpointed; the policy keeps the best by loss among them.
+        kept = points[points["step"] % 2 == 0]
+        if kept.empty:
+            assert math.isnan(row["checkpoint_step"]) and not isinstance(row["checkpoint"], str)
+        else:
+            assert row["checkpoint_step"] == kept.loc[kept["value"].idxmin()]["step"]
+    completed = trials[trials["iterations"] == 6]
+    assert len(completed) > 0 and set(completed["best_step"]) == {5} and set(completed["checkpoint_step"]) == {6}
+    # The best trial's checkpoint is a path that knows which step it holds.
+    checkpoint = sweep.best_checkpoint()
+    assert checkpoint is not None
+    top = sweep.best(1).iloc[0]
+    assert checkpoint == top["checkpoint"] and Path(checkpoint).is_dir()
+    assert (checkpoint.step, checkpoint.best_step) == (top["checkpoint_step"], top["best_step"])
+    at_step = history[(history["run_id"] == top["run_id"]) & (history["step"] == checkpoint.step)]["value"]
+    assert checkpoint.value == at_step.iloc[0] and checkpoint.best_value == top["best_loss"]
+    # The best trial ran all 6 steps (ASHA keeps the best): its checkpoint is of step 6, its best step 5.
+    assert (checkpoint.step, checkpoint.best_step) == (6, 5) and not checkpoint.holds_best
+    assert f"checkpoint of step 6 (loss {checkpoint.value:.6g}); its best was loss" in checkpoint.describe()
+    assert "at step 5, which has no kept checkpoint" in checkpoint.describe()

@@ -149,3 +149,29 @@ def test_console_script_and_module_both_run_the_cli(command: list[str]) -> None:
     result = subprocess.run([*command, "sweep", "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0
     assert "--num-samples" in result.stdout and "--dry-run" in result.stdout
+
+
+def test_the_stop_rule_follows_set_and_a_guessed_asha_budget_is_warned(bare_workdir: Path) -> None:
+    # gpt2_lr.py derives max_iterations (= its evaluations) from max_steps / eval_every, after --set.
+    status, out = run_cli(
+        "sweep",
+        str(EXPERIMENTS / "gpt2_lr.py"),
+        "--dry-run",
+        "--set",
+        "train.max_steps=60",
+        "--set",
+        "train.eval_every=20",
+    )
+    assert status == 0, out
+    assert "Stop rule: max_iterations=3," in out and "warning" not in out
+    # An ASHA experiment with no iteration limit: its max_t is Ray's default 100, said once.
+    path = write_experiment(
+        bare_workdir,
+        "from ray import tune\nfrom tunetrain import Experiment\n"
+        "experiment = Experiment(name='e', train_loop=lambda c: None, metric='loss', mode='min', "
+        "space={'x': tune.uniform(0, 1)}, scheduler='asha')\n",
+    )
+    status, out = run_cli("sweep", str(path), "--dry-run")
+    assert status == 0, out
+    assert "tunetrain: warning: scheduler 'asha' lays out its max_t for max_t=100 iterations" in out
+    assert "Set StopRule(max_iterations=N)" in out

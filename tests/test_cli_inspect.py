@@ -35,15 +35,23 @@ def test_show_prints_one_row_per_trial_best_first_with_sort(analysed_sweep: Anal
     best = load_sweep(tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["trial"]
     assert rows[0].split()[0] == best
     assert "config/lr" in out and "best_loss" in out
+    # Beside the best step, the step the kept-best checkpoint holds.
+    assert "best_step" in out and "checkpoint_step" in out
 
 
-def test_best_prints_json_a_set_line_and_the_checkpoint(analysed_sweep: AnalysedSweep, tmp_path: Path) -> None:
+def test_best_prints_json_a_set_line_and_the_checkpoint(
+    analysed_sweep: AnalysedSweep, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     uri = analysed_sweep.tracking_uri
     sweep = load_sweep(tracking_uri=uri)
     status, out = run_cli("best", "--tracking-uri", uri)
     assert status == 0 and json.loads(out) == sweep.best_config()
     status, out = run_cli("best", "--format", "checkpoint", "--tracking-uri", uri)
     assert status == 0 and out.strip() == sweep.best_checkpoint() and Path(out.strip()).is_dir()
+    # stdout is the path alone (for $(...)); stderr says which step it holds beside the best step.
+    checkpoint = sweep.best_checkpoint()
+    assert checkpoint is not None and checkpoint.describe() in capsys.readouterr().err
+    assert "checkpoint of step 6" in checkpoint.describe() and "at step 5" in checkpoint.describe()
     status, out = run_cli("best", "--format", "set", "--tracking-uri", uri)
     assert status == 0
     # The --set line pins every searched value when given back to `sweep` (a dry run shows it).

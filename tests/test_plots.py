@@ -65,6 +65,10 @@ def test_rungs_count_the_trials_reaching_each_step(analysed_sweep: AnalysedSweep
     assert len(heights) >= 2, heights
     assert heights == sorted(heights, reverse=True) and heights[0] > heights[-1], heights
     assert heights[0] == len(trials)
+    # The bars are ASHA's own rungs (grace 1, reduction factor 2, max_t 6: 1, 2, 4), as the sweep
+    # recorded them, and the trials' end: not just the steps where trials happened to stop.
+    labels = [tick.get_text() for tick in plots.rungs(sweep).axes[0].get_xticklabels()]
+    assert labels == ["1", "2", "4", "end (6)"], labels
     assert heights[-1] == int((trials["iterations"] == 6).sum())
 
 
