@@ -169,8 +169,7 @@ class Sweep:
     @functools.cached_property
     def _trials(self) -> pd.DataFrame:
         rows: list[dict[str, Any]] = []
-        best = {metric: self._best_values(metric, mode) for metric, mode in self.objectives}
-        best_steps = {run_id: step for run_id, (_, step) in self._best_points(self.metric, self.mode).items()}
+        best = {metric: self._best_points(metric, mode) for metric, mode in self.objectives}
         for run in self.runs:
             tags = run.tags
             row: dict[str, Any] = {
@@ -184,14 +183,14 @@ class Sweep:
             }
             row.update({f"config/{k}": _value(v) for k, v in run.params.items() if k != "tunetrain.seed"})
             for metric, _ in self.objectives:
-                row[f"best_{metric}"] = best[metric].get(run.run_id, math.nan)
+                row[f"best_{metric}"] = best[metric].get(run.run_id, (math.nan, None))[0]
             for metric in self.metrics:
                 row[metric] = run.metrics.get(metric, math.nan)
             row["pareto"] = tags.get("tunetrain.pareto") == "true"
             row["checkpoint"] = tags.get("tunetrain.checkpoint.best") or tags.get("tunetrain.checkpoint.latest")
             # The step of the best value of the sweep's metric, and of the checkpoint kept as best:
             # they differ when the loop did not checkpoint at that step (or retention dropped it).
-            row["best_step"] = best_steps.get(run.run_id, math.nan)
+            row["best_step"] = best[self.metric].get(run.run_id, (None, math.nan))[1]
             row["checkpoint_step"] = _int_or_nan(tags.get(CHECKPOINT_STEP_TAG))
             row["error"] = tags.get("tunetrain.error")
             row["run_id"] = run.run_id
