@@ -17,6 +17,23 @@ REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start a Ray of their own (``own_ray``: subprocess sweeps, the cluster, the
+    benchmarks) run last, so the session's embedded Ray is shut down for them once instead
+    of being started again after each."""
+    items.sort(key=lambda item: item.get_closest_marker("own_ray") is not None)  # a stable sort
+
+
+@pytest.fixture(autouse=True)
+def _only_one_ray(request: pytest.FixtureRequest) -> None:
+    """An ``own_ray`` test starts its Ray with this process's embedded one shut down: Ray
+    Train V2 needs to be the only Ray on the machine (docs/cluster.md)."""
+    if request.node.get_closest_marker("own_ray") is not None:
+        import ray
+
+        ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """A real embedded Ray, started by the first sweep and shut down at the end."""

@@ -11,15 +11,11 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.bench]
+pytestmark = [pytest.mark.slow, pytest.mark.bench, pytest.mark.own_ray]
 
 
 def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> None:
-    import ray
-
-    # The scripts start their own Rays; Ray Train's worker groups need to be the only Ray on
-    # the machine (docs/cluster.md), so this process's own (from earlier tests) goes first.
-    ray.shutdown()
+    # The scripts start their own Rays (own_ray: this process's is shut down first).
     output = tmp_path / "benchmarks.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run_all"), "--smoke", "--output", str(output)],

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import write_experiment
 from tunetrain.tracking import Journal, start_ui_server, stop_ui_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.own_ray]
 
 
 def free_port() -> int:
@@ -117,13 +117,10 @@ class Cluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    import ray
-
     # Ray Train V2 asks the State API for its actors with no address, which fails with
     # "Found multiple active Ray instances" while another Ray runs on the machine (this test
     # process's own, from earlier tests): its placement groups then outlive their trials.
-    # The cluster is the only Ray here; later tests start their own again.
-    ray.shutdown()
+    # The cluster is the only Ray here (own_ray shuts this process's down first).
     started = Cluster(tmp_path)
     try:
         started.start_server()
@@ -195,8 +192,9 @@ experiment = Experiment(
 )
 """
 
-# Single-worker trials (in process: Tune's trial actors) and two-worker (SPREAD) ones (a
-# TorchTrainer's workers) that report the rank count.
+# Single-worker and two-worker (SPREAD) trials that report the rank count. TorchTrainer trials
+# even for one worker: in process, Tune reuses its first trial actor for trials this short, and
+# all four can run on one node.
 PLACED = """
 import ray.train
 from ray import tune
@@ -211,7 +209,7 @@ def loop(config):
 experiment = Experiment(
     name="placed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
     scheduler="fifo", searcher="random", num_samples=4, resources_per_worker={"CPU": 1},
-    stop=StopRule(max_iterations=3), seed=2,
+    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2,
 )
 """
 

@@ -222,6 +222,7 @@ def check_complete_record(workdir: Path, parent_run_id: str, tracking_uri: str |
     return runs
 
 
+@pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
 def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workdir: Path) -> None:
     from tunetrain.tuner import saved_latest_checkpoints
 
@@ -288,6 +289,7 @@ def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workd
     assert status == 0 and "already finished" in out
 
 
+@pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
 def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> None:
     process, _ = start_sweep_and_wait(workdir, ended=1, running=True)  # one ended, one mid-way
     process.send_signal(signal.SIGINT)  # Ctrl+C, to the tunetrain process alone
@@ -332,6 +334,7 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
         assert duration < end - start - (reopen - stop) + 0.01
 
 
+@pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
 def test_ctrl_c_before_any_trial_ended_exits_1_and_leaves_nothing_running(workdir: Path) -> None:
     # Steps of 2 s: once a trial has reported its first step, none can end for 14 s.
     slow = RESUMED.replace("time.sleep(0.2)", "time.sleep(2)")
@@ -353,6 +356,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
 def test_a_tracking_server_outage_loses_and_doubles_nothing(workdir: Path) -> None:
     from tunetrain.tracking import Journal, start_ui_server, stop_ui_server
 
