@@ -19,8 +19,8 @@ EXPERIMENTS = REPO / "experiments"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start a Ray of their own (``own_ray``: subprocess sweeps, the cluster, the
-    benchmarks) run last, so the session's embedded Ray is shut down for them once instead
-    of being started again after each."""
+    benchmarks) run last, together: the session's embedded Ray, which each shuts down, is not
+    started again for the tests between them."""
     items.sort(key=lambda item: item.get_closest_marker("own_ray") is not None)  # a stable sort
 
 
