@@ -323,7 +323,7 @@ def plan_sweep(
 
 def train_storage(plan: SweepPlan) -> str:
     """Where Ray Train keeps its own runs of a sweep's multi-worker trials."""
-    return f"{plan.storage_path}/{plan.sweep_name}/train"
+    return f"{plan.sweep_dir}/train"
 
 
 def budget_gate(experiment: Experiment, budget: Budget | None) -> BudgetGate | None:
@@ -1102,7 +1102,7 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         if outcome.stop_reason:
             pareto_tags["tunetrain.stop_reason"] = outcome.stop_reason
         # Every Train run has ended: none of Train's own checkpoint copies is needed.
-        remove_train_copies(f"{plan.storage_path}/{plan.sweep_name}", "train")
+        remove_train_copies(plan.sweep_dir, "train")
         if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
             outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
             pareto_tags["tunetrain.checkpoints_kept"] = outcome.checkpoints_kept
