@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tunetrain.tracking import PARENT_TAG, STATUS_TAG, SweepRecorder, default_tracking_uri
+from tunetrain.tracking import SweepRecorder, default_tracking_uri, schema
 
 
 def recorder(tmp_path: Path, **kwargs: object) -> SweepRecorder:
@@ -38,9 +38,9 @@ def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) ->
     client = MlflowClient(default_tracking_uri(tmp_path))
     child = client.get_run(child_id)
     # The child points at the parent and carries every param, the seed and its status.
-    assert child.data.tags[PARENT_TAG] == parent
+    assert child.data.tags[schema.PARENT_TAG] == parent
     assert child.data.params == {"lr": "0.1", "opt.beta": "0.9", "tunetrain.seed": "7"}
-    assert child.data.tags[STATUS_TAG] == "stopped_early"
+    assert child.data.tags[schema.STATUS_TAG] == "stopped_early"
     assert child.info.status == "FINISHED"
     # Every step of every metric is kept.
     assert [m.step for m in client.get_metric_history(child_id, "loss")] == [1, 2, 3]

@@ -21,14 +21,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from tunetrain.errors import ExperimentError
-from tunetrain.tracking import (
-    CHECKPOINT_STEP_TAG,
-    DURATION_TAG,
-    SWEEP_NAME_TAG,
-    RunRecord,
-    SweepStore,
-    default_tracking_uri,
-)
+from tunetrain.tracking import RunRecord, SweepStore, default_tracking_uri, schema
 
 __all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
 
@@ -60,12 +53,12 @@ def nested_config(params: dict[str, str]) -> dict[str, Any]:
 
 def _objectives(tags: dict[str, str]) -> list[tuple[str, Mode]]:
     """(metric, mode) of each objective, from the parent run's tags."""
-    text = tags.get("tunetrain.objectives")
+    text = tags.get(schema.OBJECTIVES_TAG)
     if text:  # "loss (min), n_params (min)"
         pairs = [item.strip().rsplit(" (", 1) for item in text.split(",")]
         return [(metric, "max" if mode.rstrip(")") == "max" else "min") for metric, mode in pairs]
-    mode: Mode = "max" if tags.get("tunetrain.mode") == "max" else "min"
-    return [(tags.get("tunetrain.metric", ""), mode)]
+    mode: Mode = "max" if tags.get(schema.MODE_TAG) == "max" else "min"
+    return [(tags.get(schema.METRIC_TAG, ""), mode)]
 
 
 def _better(mode: str) -> Any:
@@ -82,12 +75,12 @@ class Sweep:
         self.store = store
         self.parent = parent
         self.run_id = parent.run_id
-        self.name = parent.tags.get(SWEEP_NAME_TAG, parent.name)
+        self.name = parent.tags.get(schema.SWEEP_NAME_TAG, parent.name)
         self.experiment = store.experiment_name(parent.experiment_id)
         self.objectives = _objectives(parent.tags)
         self.metric, self.mode = self.objectives[0]
-        self.scheduler = parent.tags.get("tunetrain.scheduler", "")
-        self.searcher = parent.tags.get("tunetrain.searcher", "")
+        self.scheduler = parent.tags.get(schema.SCHEDULER_TAG, "")
+        self.searcher = parent.tags.get(schema.SEARCHER_TAG, "")
         self.tags = parent.tags
         self.runs = store.trials(parent)
 
@@ -100,7 +93,11 @@ class Sweep:
     @property
     def space(self) -> dict[str, str]:
         """Each searched parameter and its distribution, as the sweep recorded it."""
-        return {k.removeprefix("space."): v for k, v in self.parent.params.items() if k.startswith("space.")}
+        return {
+            k.removeprefix(schema.SPACE_PARAM_PREFIX): v
+            for k, v in self.parent.params.items()
+            if k.startswith(schema.SPACE_PARAM_PREFIX)
+        }
 
     def is_log_scale(self, param: str) -> bool:
         """Whether the space drew ``param`` on a log scale (``tune.loguniform`` and kin)."""
@@ -115,7 +112,7 @@ class Sweep:
     def _config_keys(self) -> list[str]:
         keys: dict[str, None] = {}
         for run in self.runs:
-            keys.update((k, None) for k in run.params if k != "tunetrain.seed")
+            keys.update((k, None) for k in run.params if k != schema.SEED_TAG)
         return list(keys)
 
     @functools.cached_property
@@ -174,25 +171,25 @@ class Sweep:
             tags = run.tags
             row: dict[str, Any] = {
                 "trial": run.name,
-                "trial_index": int(tags.get("tunetrain.trial_index", len(rows))),
-                "status": tags.get("tunetrain.status", run.status.lower()),
-                "seed": _value(run.params.get("tunetrain.seed", tags.get("tunetrain.seed", "None"))),
-                "iterations": int(tags.get("tunetrain.iterations", 0)),
+                "trial_index": int(tags.get(schema.TRIAL_INDEX_TAG, len(rows))),
+                "status": tags.get(schema.STATUS_TAG, run.status.lower()),
+                "seed": _value(run.params.get(schema.SEED_TAG, tags.get(schema.SEED_TAG, "None"))),
+                "iterations": int(tags.get(schema.ITERATIONS_TAG, 0)),
                 "duration_s": _duration(run),
                 "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
             }
-            row.update({f"config/{k}": _value(v) for k, v in run.params.items() if k != "tunetrain.seed"})
+            row.update({f"config/{k}": _value(v) for k, v in run.params.items() if k != schema.SEED_TAG})
             for metric, _ in self.objectives:
                 row[f"best_{metric}"] = best[metric].get(run.run_id, (math.nan, None))[0]
             for metric in self.metrics:
                 row[metric] = run.metrics.get(metric, math.nan)
-            row["pareto"] = tags.get("tunetrain.pareto") == "true"
-            row["checkpoint"] = tags.get("tunetrain.checkpoint.best") or tags.get("tunetrain.checkpoint.latest")
+            row["pareto"] = tags.get(schema.PARETO_TAG) == "true"
+            row["checkpoint"] = tags.get(schema.CHECKPOINT_BEST_TAG) or tags.get(schema.CHECKPOINT_LATEST_TAG)
             # The step of the best value of the sweep's metric, and of the checkpoint kept as best:
             # they differ when the loop did not checkpoint at that step (or retention dropped it).
             row["best_step"] = best[self.metric].get(run.run_id, (None, math.nan))[1]
-            row["checkpoint_step"] = _int_or_nan(tags.get(CHECKPOINT_STEP_TAG))
-            row["error"] = tags.get("tunetrain.error")
+            row["checkpoint_step"] = _int_or_nan(tags.get(schema.CHECKPOINT_STEP_TAG))
+            row["error"] = tags.get(schema.ERROR_TAG)
             row["run_id"] = run.run_id
             rows.append(row)
         frame = pd.DataFrame(rows)
@@ -274,9 +271,9 @@ class Sweep:
         """PBT/PB2 exploits, one row each: step, trial (recipient), donor, param, old, new."""
         rows: list[dict[str, Any]] = []
         for run in self.runs:
-            if "tunetrain.pbt.exploits" not in run.tags:
+            if schema.PBT_EXPLOITS_TAG not in run.tags:
                 continue
-            record = self.store.load_json_artifact(run.run_id, "pbt_exploits.json") or {}
+            record = self.store.load_json_artifact(run.run_id, schema.PBT_EXPLOITS_ARTIFACT) or {}
             for exploit in record.get("exploits", []):
                 for param, new in exploit.get("new", {}).items():
                     rows.append(
@@ -299,7 +296,7 @@ class Sweep:
 
     def environment(self) -> dict[str, str]:
         """Package versions and hardware recorded on the parent run."""
-        return {k: v for k, v in sorted(self.tags.items()) if k.startswith(("version.", "hardware."))}
+        return {k: v for k, v in sorted(self.tags.items()) if k.startswith(schema.ENVIRONMENT_PREFIXES)}
 
 
 def _store(tracking_uri: str | None) -> SweepStore:
@@ -315,19 +312,19 @@ def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = Non
     for run in store.sweeps(experiment):
         if run.experiment_id not in names:
             names[run.experiment_id] = store.experiment_name(run.experiment_id)
-        metric = run.tags.get("tunetrain.metric", "")
+        metric = run.tags.get(schema.METRIC_TAG, "")
         rows.append(
             {
-                "sweep": run.tags.get(SWEEP_NAME_TAG, run.name),
+                "sweep": run.tags.get(schema.SWEEP_NAME_TAG, run.name),
                 "experiment": names[run.experiment_id],
                 "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
                 "status": run.status.lower(),
-                "trials": int(run.tags.get("tunetrain.trials", run.tags.get("tunetrain.num_samples", 0))),
+                "trials": int(run.tags.get(schema.TRIALS_TAG, run.tags.get(schema.NUM_SAMPLES_TAG, 0))),
                 "metric": metric,
-                "mode": run.tags.get("tunetrain.mode", ""),
-                "best_value": run.metrics.get(f"best_{metric}", math.nan),
-                "scheduler": run.tags.get("tunetrain.scheduler", ""),
-                "searcher": run.tags.get("tunetrain.searcher", ""),
+                "mode": run.tags.get(schema.MODE_TAG, ""),
+                "best_value": run.metrics.get(schema.BEST_METRIC_PREFIX + metric, math.nan),
+                "scheduler": run.tags.get(schema.SCHEDULER_TAG, ""),
+                "searcher": run.tags.get(schema.SEARCHER_TAG, ""),
                 "run_id": run.run_id,
             }
         )
@@ -344,8 +341,8 @@ def load_sweep(sweep: str | None = None, *, experiment: str | None = None, track
 def _duration(run: RunRecord) -> float:
     """Seconds the trial ran: its recorded duration (which leaves out the time a resumed sweep
     was stopped), else its run's end minus start."""
-    if DURATION_TAG in run.tags:
-        return float(run.tags[DURATION_TAG])
+    if schema.DURATION_TAG in run.tags:
+        return float(run.tags[schema.DURATION_TAG])
     return (run.end_time - run.start_time) if run.end_time and run.start_time else math.nan
 
 

@@ -193,6 +193,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
     from datetime import datetime
 
     from tunetrain import smoke, tracking
+    from tunetrain.tracking import schema
 
     if args.smoke_steps < 2:
         raise ExperimentError(
@@ -216,7 +217,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
         raise
     store = tracking.SweepStore(args.tracking_uri or tracking.default_tracking_uri())
     if outcome.parent_run_id:
-        store.set_tags(outcome.parent_run_id, {"tunetrain.smoke": "true"})
+        store.set_tags(outcome.parent_run_id, {schema.SMOKE_TAG: "true"})
     run_ids = list(outcome.run_ids.values())
     reported = sorted({key for t in outcome.trials for key in t.last})
     history = store.histories(run_ids, reported)
@@ -236,7 +237,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
                 **common,
             )
             if restored.parent_run_id:
-                store.set_tags(restored.parent_run_id, {"tunetrain.smoke": "true"})
+                store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})
             verdict = smoke.round_trip_check(latest, restored)
         checks.append(verdict)
         measured = smoke.timings(trial, history)
@@ -244,7 +245,7 @@ def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) 
         if measured is not None and outcome.parent_run_id:  # for the cost estimate of --dry-run
             store.set_tags(
                 outcome.parent_run_id,
-                {tracking.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", tracking.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
+                {schema.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", schema.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
             )
     failed = [c for c in checks if c.verdict == "FAIL"]
     print(f"\nSmoke test of {experiment.name} ({args.smoke_steps} steps):", file=stream)
@@ -615,7 +616,7 @@ def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     from datetime import datetime
 
     from tunetrain import replay
-    from tunetrain.tracking import SweepStore
+    from tunetrain.tracking import SweepStore, schema
 
     uri = _tracking_uri(args)
     store = SweepStore(uri)
@@ -638,14 +639,14 @@ def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
         print(f"\nThe replay did not run to the end (exit {status}); nothing to compare.", file=stream)
         return status if status != EXIT_OK else EXIT_ALL_FAILED
     new_run = next(iter(outcome.run_ids.values()))
-    store.set_tags(new_run, {replay.REPLAY_OF_TAG: spec.run.run_id, "tunetrain.replay_of_trial": spec.run.name})
+    store.set_tags(new_run, {replay.REPLAY_OF_TAG: spec.run.run_id, schema.REPLAY_OF_TRIAL_TAG: spec.run.name})
     if outcome.parent_run_id:
         store.set_tags(outcome.parent_run_id, {replay.REPLAY_OF_TAG: spec.run.run_id})
     metrics = sorted(spec.run.metrics)
     comparisons = replay.compare_histories(
         store.histories([spec.run.run_id], metrics), store.histories([new_run], metrics), steps=spec.steps
     )
-    store.log_dict(new_run, replay.to_record(comparisons), "replay_comparison.json")
+    store.log_dict(new_run, replay.to_record(comparisons), schema.REPLAY_COMPARISON_ARTIFACT)
     differences = replay.provenance_differences(spec.parent.tags, store.run(outcome.parent_run_id).tags)
     identical = all(c.identical for c in comparisons)
     print(f"\nReplay of {spec.run.name} (run {spec.run.run_id}) as run {new_run}:", file=stream)

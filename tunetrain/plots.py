@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from tunetrain.analysis import Sweep
 from tunetrain.errors import ExperimentError
-from tunetrain.tracking import ASHA_RUNGS_TAG
+from tunetrain.tracking import schema
 
 __all__ = [
     "learning_curves",
@@ -267,8 +267,8 @@ def rungs(sweep: Sweep) -> Figure:
     scheduler stopped trials, and the full budget)."""
     trials = sweep.trials()
     end = int(trials["iterations"].max() or 0)  # the longest trial's end: a bar, not a rung
-    if ASHA_RUNGS_TAG in sweep.tags:  # ASHA's own rungs, as the sweep's scheduler had them
-        rungs = {int(r) for r in sweep.tags[ASHA_RUNGS_TAG].split(",") if r}
+    if schema.ASHA_RUNGS_TAG in sweep.tags:  # ASHA's own rungs, as the sweep's scheduler had them
+        rungs = {int(r) for r in sweep.tags[schema.ASHA_RUNGS_TAG].split(",") if r}
     else:  # older sweeps, HyperBand: where the scheduler did stop trials
         rungs = set(map(int, trials[trials["status"] == "stopped_early"]["iterations"]))
     levels = sorted(r for r in rungs if 0 < r < end)

@@ -21,12 +21,17 @@ import pandas as pd
 from tunetrain.analysis import nested_config
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, StopRule, load_experiment
-from tunetrain.tracking import PARENT_TAG, RunRecord, SweepStore
+from tunetrain.tracking import RunRecord, SweepStore, schema
 
-REPLAY_OF_TAG = "tunetrain.replay_of"
+REPLAY_OF_TAG = schema.REPLAY_OF_TAG
 
 # Recorded facts that can make two runs of the same trial differ.
-_PROVENANCE_PREFIXES = ("version.", "hardware.", "tunetrain.deterministic", "tunetrain.experiment_sha256")
+_PROVENANCE_PREFIXES = (
+    schema.VERSION_PREFIX,
+    schema.HARDWARE_PREFIX,
+    schema.DETERMINISTIC_TAG,
+    schema.EXPERIMENT_SHA256_TAG,
+)
 
 
 @dataclasses.dataclass
@@ -67,14 +72,14 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
     """Read the trial's record and build its one-trial experiment (the experiment file is
     downloaded into ``folder``)."""
     run = store.run(run_id)
-    parent_id = run.tags.get(PARENT_TAG)
-    if parent_id is None or "tunetrain.seed" not in run.params:
+    parent_id = run.tags.get(schema.PARENT_TAG)
+    if parent_id is None or schema.SEED_TAG not in run.params:
         raise ExperimentError(
             f"Run {run_id} is not a tunetrain trial (no parent sweep run or no tunetrain.seed param).",
             fix="Pass the run id of a trial: `tunetrain show SWEEP --all-columns` lists them.",
         )
     parent = store.run(parent_id)
-    source = parent.tags.get("tunetrain.experiment_file", "")
+    source = parent.tags.get(schema.EXPERIMENT_FILE_TAG, "")
     if not source:
         raise ExperimentError(
             f"The sweep of run {run_id} recorded no experiment file, so the trial cannot be replayed.",
@@ -82,10 +87,12 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         )
     local = store.download_artifact(parent.run_id, Path(source).name, folder)
     experiment = load_experiment(local)
-    recorded = int(run.tags.get("tunetrain.iterations", 0))
+    recorded = int(run.tags.get(schema.ITERATIONS_TAG, 0))
     note = ""
     exploits = (
-        store.load_json_artifact(run.run_id, "pbt_exploits.json") if "tunetrain.pbt.exploits" in run.tags else None
+        store.load_json_artifact(run.run_id, schema.PBT_EXPLOITS_ARTIFACT)
+        if schema.PBT_EXPLOITS_TAG in run.tags
+        else None
     )
     if exploits and exploits.get("exploits"):
         first = int(exploits["exploits"][0]["step"])
@@ -99,8 +106,8 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         )
     config = nested_config(run.params)
     tags = parent.tags
-    workers = parse_workers(str(tags.get("tunetrain.workers_per_trial", experiment.workers_per_trial)))
-    runner = tags.get("tunetrain.trial_runner", "auto")
+    workers = parse_workers(str(tags.get(schema.WORKERS_PER_TRIAL_TAG, experiment.workers_per_trial)))
+    runner = tags.get(schema.TRIAL_RUNNER_TAG, "auto")
     one_trial = experiment.replace(
         space=config,  # every value pinned: the searcher has nothing to choose
         defaults={},
@@ -112,12 +119,12 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         workers_per_trial=workers,
         trial_runner=runner if runner in ("in_process", "torch_trainer") else "auto",
         stop=StopRule(max_iterations=steps),
-        seed=int(tags.get("tunetrain.root_seed", 0)),
-        deterministic=tags.get("tunetrain.deterministic") == "true",
+        seed=int(tags.get(schema.ROOT_SEED_TAG, 0)),
+        deterministic=tags.get(schema.DETERMINISTIC_TAG) == "true",
         max_concurrent=1,
     )
     return ReplaySpec(
-        run=run, parent=parent, experiment=one_trial, seed=int(run.params["tunetrain.seed"]), steps=steps, note=note
+        run=run, parent=parent, experiment=one_trial, seed=int(run.params[schema.SEED_TAG]), steps=steps, note=note
     )
 
 

@@ -14,22 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetrain.errors import ExperimentError
-from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState
-
-# The parent-run tags that define what a sweep searches; a resumed sweep must keep them
-# (num_samples may grow).
-_SETTINGS = (
-    "tunetrain.metric",
-    "tunetrain.mode",
-    "tunetrain.objectives",
-    "tunetrain.scheduler",
-    "tunetrain.searcher",
-    "tunetrain.workers_per_trial",
-    "tunetrain.trial_runner",
-    "tunetrain.root_seed",
-    "tunetrain.deterministic",
-    "tunetrain.experiment_sha256",
-)
+from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState, schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +28,15 @@ class Resumable:
 
     @property
     def sweep_id(self) -> str:
-        return str(self.journal.header.get("sweep_id") or self.tags.get("tunetrain.sweep_id"))
+        return str(self.journal.header.get("sweep_id") or self.tags.get(schema.SWEEP_ID_TAG))
 
     @property
     def root_seed(self) -> int:
-        return int(self.tags["tunetrain.root_seed"])
+        return int(self.tags[schema.ROOT_SEED_TAG])
 
     @property
     def num_samples(self) -> int:
-        return int(self.tags["tunetrain.num_samples"])
+        return int(self.tags[schema.NUM_SAMPLES_TAG])
 
     @property
     def ended_as(self) -> str | None:
@@ -108,16 +93,16 @@ def changes(sweep: Resumable, params: Mapping[str, Any], tags: Mapping[str, Any]
     """What differs between the sweep as it started and as it would resume; empty when it
     may resume. More trials (``num_samples``) is not a change; fewer is."""
     found: list[str] = []
-    old = {**{f"param {k}": v for k, v in sweep.params.items()}, **{k: sweep.tags.get(k) for k in _SETTINGS}}
-    new = {**{f"param {k}": v for k, v in params.items()}, **{k: tags.get(k) for k in _SETTINGS}}
+    old = {**{f"param {k}": v for k, v in sweep.params.items()}, **{k: sweep.tags.get(k) for k in schema.SETTINGS_TAGS}}
+    new = {**{f"param {k}": v for k, v in params.items()}, **{k: tags.get(k) for k in schema.SETTINGS_TAGS}}
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
         if _normal(before) != _normal(after):
             label = key.removeprefix("tunetrain.")
-            if key == "tunetrain.experiment_sha256":
+            if key == schema.EXPERIMENT_SHA256_TAG:
                 found.append(f"the experiment file's content (sha256 {str(before)[:12]} -> {str(after)[:12]})")
             else:
                 found.append(f"{label}: {before!r} -> {after!r}")
-    if int(tags["tunetrain.num_samples"]) < sweep.num_samples:
+    if int(tags[schema.NUM_SAMPLES_TAG]) < sweep.num_samples:
         found.append(f"num_samples: {sweep.num_samples} -> {tags['tunetrain.num_samples']} (it may only grow)")
     return found

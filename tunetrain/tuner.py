@@ -45,15 +45,7 @@ from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, error_headline, pareto_front
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import derive_seed, draw_root_seed
-from tunetrain.tracking import (
-    ASHA_MAX_T_TAG,
-    ASHA_RUNGS_TAG,
-    CHECKPOINT_STEP_TAG,
-    DURATION_TAG,
-    JOURNAL_NAME,
-    Journal,
-    SweepRecorder,
-)
+from tunetrain.tracking import JOURNAL_NAME, Journal, SweepRecorder, schema
 from tunetrain.trial import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
@@ -495,14 +487,14 @@ class SweepCallback(tune.Callback):
             self.budget_gate.started(trial.trial_id)
         self.recorder.start_trial(
             name,
-            params={**_space.flatten(record.config), "tunetrain.seed": record.seed},
+            params={**_space.flatten(record.config), schema.SEED_TAG: record.seed},
             tags={
-                "tunetrain.trial_id": trial.trial_id,
-                "tunetrain.trial_index": index,
-                "tunetrain.sweep_id": self.plan.sweep_id,
-                "tunetrain.seed": record.seed,
+                schema.TRIAL_ID_TAG: trial.trial_id,
+                schema.TRIAL_INDEX_TAG: index,
+                schema.SWEEP_ID_TAG: self.plan.sweep_id,
+                schema.SEED_TAG: record.seed,
                 # Each worker's seed (rank order): derived from the trial's seed and its rank.
-                "tunetrain.worker_seeds": ",".join(
+                schema.WORKER_SEEDS_TAG: ",".join(
                     str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.max_workers)
                 ),
                 **self.provenance,
@@ -533,12 +525,12 @@ class SweepCallback(tune.Callback):
             self.recorder.set_tags(
                 record.name,
                 {
-                    "tunetrain.nodes": ",".join(n["ip"] for n in nodes),
-                    "tunetrain.node_ids": ",".join(n["node_id"] for n in nodes),
-                    "tunetrain.world_size": len(nodes),
-                    "tunetrain.device": ",".join(n["device"] for n in nodes),
-                    "tunetrain.device_name": nodes[0]["device_name"],
-                    "tunetrain.device_memory_gib": nodes[0]["device_memory_gib"],
+                    schema.NODES_TAG: ",".join(n["ip"] for n in nodes),
+                    schema.NODE_IDS_TAG: ",".join(n["node_id"] for n in nodes),
+                    schema.WORLD_SIZE_TAG: len(nodes),
+                    schema.DEVICE_TAG: ",".join(n["device"] for n in nodes),
+                    schema.DEVICE_NAME_TAG: nodes[0]["device_name"],
+                    schema.DEVICE_MEMORY_TAG: nodes[0]["device_memory_gib"],
                 },
             )
         if step <= record.iterations and not self.population_based:
@@ -578,18 +570,18 @@ class SweepCallback(tune.Callback):
         record.restarts.extend(reasons)
         self.recorder.set_tags(
             record.name,
-            {"tunetrain.restarts": len(record.restarts), "tunetrain.restart_reason": record.restarts[-1]},
+            {schema.RESTARTS_TAG: len(record.restarts), schema.RESTART_REASON_TAG: record.restarts[-1]},
         )
         self.recorder.log_dict(
             record.name,
-            "restarts.json",
+            schema.RESTARTS_ARTIFACT,
             {"restarts": [{"after_step": record.iterations, "reason": r} for r in record.restarts]},
         )
 
     def _mutable_values(self, config: Mapping[str, Any]) -> dict[str, float]:
         free = set(_space.free_dimensions(self.plan.experiment.space))
         return {
-            f"pbt.{key}": float(value)
+            schema.PBT_METRIC_PREFIX + key: float(value)
             for key, value in _space.flatten(config).items()
             if key in free and isinstance(value, int | float) and not isinstance(value, bool)
         }
@@ -619,12 +611,12 @@ class SweepCallback(tune.Callback):
             self.recorder.set_tags(
                 record.name,
                 {
-                    "tunetrain.pbt.exploits": len(history),
-                    "tunetrain.pbt.last_donor": donor.name,
-                    "tunetrain.pbt.last_donor_run_id": entry["donor_run_id"] or "",
+                    schema.PBT_EXPLOITS_TAG: len(history),
+                    schema.PBT_LAST_DONOR_TAG: donor.name,
+                    schema.PBT_LAST_DONOR_RUN_ID_TAG: entry["donor_run_id"] or "",
                 },
             )
-            self.recorder.log_dict(record.name, "pbt_exploits.json", {"exploits": history})
+            self.recorder.log_dict(record.name, schema.PBT_EXPLOITS_ARTIFACT, {"exploits": history})
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         # Persisted by Tune (for both trial runners) after the result it came with.
@@ -633,7 +625,7 @@ class SweepCallback(tune.Callback):
             return
         path = str(checkpoint.path)
         record.checkpointed(path, score=self.score_attribute)
-        self.recorder.set_tags(record.name, {"tunetrain.checkpoint.latest": path})
+        self.recorder.set_tags(record.name, {schema.CHECKPOINT_LATEST_TAG: path})
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         if self.budget_gate is not None:
@@ -656,9 +648,9 @@ class SweepCallback(tune.Callback):
     def _end_oom(self, record: TrialRecord, oom: Mapping[str, Any]) -> None:
         """End a trial that ran out of memory: its peak memory and batch settings go on its run."""
         settings = {k: v for k, v in _space.flatten(record.config).items() if _BATCH_SETTING.search(k)}
-        tags: dict[str, Any] = {"tunetrain.oom.batch_settings": json.dumps(settings, default=str)}
+        tags: dict[str, Any] = {schema.OOM_BATCH_SETTINGS_TAG: json.dumps(settings, default=str)}
         if oom.get("peak_memory_gib") is not None:
-            tags["tunetrain.oom.peak_memory_gib"] = oom["peak_memory_gib"]
+            tags[schema.OOM_PEAK_MEMORY_TAG] = oom["peak_memory_gib"]
         self.recorder.set_tags(record.name, tags)
         self._end(record, "oom", error=str(oom.get("error") or "out of memory"))
 
@@ -700,12 +692,14 @@ class SweepCallback(tune.Callback):
         remove_train_copies(self.train_storage, f"{record.name}-*")
         best = record.best_checkpoint(self.score_attribute, self.score_order)
         # The time it ran, without the time a Ctrl+C or crash kept the sweep stopped.
-        tags: dict[str, Any] = {"tunetrain.iterations": record.iterations, DURATION_TAG: round(record.ran_s, 3)}
+        tags: dict[str, Any] = {schema.ITERATIONS_TAG: record.iterations, schema.DURATION_TAG: round(record.ran_s, 3)}
         if best is not None:
-            tags["tunetrain.checkpoint.best"] = best["path"]
-            tags[CHECKPOINT_STEP_TAG] = best["step"]
+            tags[schema.CHECKPOINT_BEST_TAG] = best["path"]
+            tags[schema.CHECKPOINT_STEP_TAG] = best["step"]
         artifacts = (
-            {"checkpoints.json": {"checkpoints": record.checkpoints, "best": best}} if record.checkpoints else {}
+            {schema.CHECKPOINTS_ARTIFACT: {"checkpoints": record.checkpoints, "best": best}}
+            if record.checkpoints
+            else {}
         )
         self.recorder.end_trial(
             record.name,
@@ -761,11 +755,11 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
             tags = entry["tags"]
             record = TrialRecord(
                 name=name,
-                index=int(tags["tunetrain.trial_index"]),
-                trial_id=str(tags["tunetrain.trial_id"]),
+                index=int(tags[schema.TRIAL_INDEX_TAG]),
+                trial_id=str(tags[schema.TRIAL_ID_TAG]),
                 # The journal keeps the values themselves; nested_config reads them as literals.
                 config=nested_config({k: repr(v) for k, v in entry["params"].items()}),
-                seed=int(tags["tunetrain.seed"]),
+                seed=int(tags[schema.SEED_TAG]),
                 start_time=float(entry["start_time"]),
                 running_since=float(entry["start_time"]),
             )
@@ -781,10 +775,10 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
             record.reported(int(entry["step"]), metrics, metric=experiment.primary_metric, mode=experiment.primary_mode)
         elif op == "tags":
             tags = entry["tags"]
-            if "tunetrain.checkpoint.latest" in tags:
-                record.checkpointed(tags["tunetrain.checkpoint.latest"], score=score)
-            if "tunetrain.restart_reason" in tags:
-                record.restarts.append(str(tags["tunetrain.restart_reason"]))
+            if schema.CHECKPOINT_LATEST_TAG in tags:
+                record.checkpointed(tags[schema.CHECKPOINT_LATEST_TAG], score=score)
+            if schema.RESTART_REASON_TAG in tags:
+                record.restarts.append(str(tags[schema.RESTART_REASON_TAG]))
         elif op == "reopen_trial":
             record.reopened(float(entry.get("time", record.start_time)))
         elif op == "end_trial":
@@ -795,60 +789,55 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
 def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
     exp = plan.experiment
-    params: dict[str, Any] = {f"space.{k}": _space.describe(v) for k, v in _space.iter_leaves(exp.space)}
-    params.update({f"default.{k}": v for k, v in _space.iter_leaves(exp.defaults)})
+    params: dict[str, Any] = {
+        schema.SPACE_PARAM_PREFIX + k: _space.describe(v) for k, v in _space.iter_leaves(exp.space)
+    }
+    params.update({schema.DEFAULT_PARAM_PREFIX + k: v for k, v in _space.iter_leaves(exp.defaults)})
     cpus = sum(node.get("CPU", 0.0) for node in plan.nodes)
     gpus = sum(node.get("GPU", 0.0) for node in plan.nodes)
     tags: dict[str, Any] = {
-        "tunetrain.sweep_id": plan.sweep_id,
-        "tunetrain.sweep_name": plan.sweep_name,
-        "tunetrain.experiment_file": exp.source_path or "",
-        "tunetrain.experiment_sha256": file_sha256(exp.source_path) if exp.source_path else "",
-        "tunetrain.scheduler": exp.scheduler,
-        "tunetrain.searcher": exp.searcher,
-        "tunetrain.metric": exp.primary_metric,
-        "tunetrain.mode": exp.primary_mode,
+        schema.SWEEP_ID_TAG: plan.sweep_id,
+        schema.SWEEP_NAME_TAG: plan.sweep_name,
+        schema.EXPERIMENT_FILE_TAG: exp.source_path or "",
+        schema.EXPERIMENT_SHA256_TAG: file_sha256(exp.source_path) if exp.source_path else "",
+        schema.SCHEDULER_TAG: exp.scheduler,
+        schema.SEARCHER_TAG: exp.searcher,
+        schema.METRIC_TAG: exp.primary_metric,
+        schema.MODE_TAG: exp.primary_mode,
         # Every objective, so that readers (tunetrain.analysis) know them even if the sweep dies.
-        "tunetrain.objectives": ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
-        "tunetrain.num_samples": exp.num_samples,
-        "tunetrain.root_seed": plan.root_seed,
-        "tunetrain.deterministic": str(exp.deterministic).lower(),
-        "tunetrain.budget": plan.budget.text if plan.budget else "none",
+        schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
+        schema.NUM_SAMPLES_TAG: exp.num_samples,
+        schema.ROOT_SEED_TAG: plan.root_seed,
+        schema.DETERMINISTIC_TAG: str(exp.deterministic).lower(),
+        schema.BUDGET_TAG: plan.budget.text if plan.budget else "none",
         **trial_shape(exp),
-        "tunetrain.max_concurrent": plan.max_concurrent,
-        "tunetrain.storage_path": f"{plan.storage_path}/{plan.sweep_name}",
-        "tunetrain.command": plan.command,
-        "tunetrain.address": plan.address or "embedded",
-        "hardware.nodes": len(plan.nodes),
-        "hardware.cpus": f"{cpus:g}",
-        "hardware.gpus": f"{gpus:g}",
-        "hardware.cpu_model": provenance.cpu_model(),
-        "hardware.driver_cpu_count": os.cpu_count() or 0,
-        "hardware.gpu_names": ", ".join(provenance.gpu_names()) or "none",
-        "hardware.gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
-        "hardware.cuda": provenance.cuda_version() or "none",
+        schema.MAX_CONCURRENT_TAG: plan.max_concurrent,
+        schema.STORAGE_PATH_TAG: f"{plan.storage_path}/{plan.sweep_name}",
+        schema.COMMAND_TAG: plan.command,
+        schema.ADDRESS_TAG: plan.address or "embedded",
+        schema.HARDWARE_PREFIX + "nodes": len(plan.nodes),
+        schema.HARDWARE_PREFIX + "cpus": f"{cpus:g}",
+        schema.HARDWARE_PREFIX + "gpus": f"{gpus:g}",
+        schema.HARDWARE_PREFIX + "cpu_model": provenance.cpu_model(),
+        schema.HARDWARE_PREFIX + "driver_cpu_count": os.cpu_count() or 0,
+        schema.HARDWARE_PREFIX + "gpu_names": ", ".join(provenance.gpu_names()) or "none",
+        schema.HARDWARE_PREFIX + "gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
+        schema.HARDWARE_PREFIX + "cuda": provenance.cuda_version() or "none",
     }
     if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
-        tags[ASHA_RUNGS_TAG], tags[ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
-    tags.update({f"version.{name}": version for name, version in provenance.package_versions().items()})
+        tags[schema.ASHA_RUNGS_TAG], tags[schema.ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
+    tags.update({schema.VERSION_PREFIX + name: version for name, version in provenance.package_versions().items()})
     if exp.source_path:
-        tags.update({f"tunetrain.{k}": v for k, v in provenance.git_state(exp.source_path).items()})
+        tags.update({schema.GIT_TAG_PREFIX + k: v for k, v in provenance.git_state(exp.source_path).items()})
     return params, tags
-
-
-_PROVENANCE_TAGS = (
-    "tunetrain.experiment_sha256",
-    "tunetrain.git_commit",
-    "tunetrain.git_dirty",
-    "tunetrain.command",
-    "tunetrain.deterministic",
-)
 
 
 def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
     """The sweep's provenance tags that every trial's run carries too (file hash, git state,
     command, deterministic mode, package versions, hardware)."""
-    return {k: v for k, v in sweep_tags.items() if k in _PROVENANCE_TAGS or k.startswith(("version.", "hardware."))}
+    return {
+        k: v for k, v in sweep_tags.items() if k in schema.PROVENANCE_TAGS or k.startswith(schema.ENVIRONMENT_PREFIXES)
+    }
 
 
 def saved_latest_checkpoints(sweep_dir: str) -> dict[str, str | None]:
@@ -953,18 +942,18 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
     if plan.resume:
         parent_run_id = recorder.resume_sweep(
             tags={
-                "tunetrain.resumes": resumes,
-                f"tunetrain.resume_command.{resumes}": plan.command,
-                "tunetrain.num_samples": exp.num_samples,
+                schema.RESUMES_TAG: resumes,
+                f"{schema.RESUME_COMMAND_PREFIX}{resumes}": plan.command,
+                schema.NUM_SAMPLES_TAG: exp.num_samples,
             }
         )
     else:
         parent_run_id = recorder.start_sweep(run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id)
         if exp.source_path:
             recorder.log_sweep_artifact(exp.source_path)
-            diff = provenance.git_diff(exp.source_path) if tags.get("tunetrain.git_dirty") == "true" else ""
+            diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""
             if diff:  # the uncommitted changes the sweep ran with
-                recorder.log_sweep_text(diff, "git_diff.patch")
+                recorder.log_sweep_text(diff, schema.GIT_DIFF_ARTIFACT)
 
     interrupted = False
     crashed = False
@@ -1100,35 +1089,35 @@ def run_sweep(plan: SweepPlan, *, stream: TextIO, log_dir: Path) -> SweepOutcome
         )
         pareto_tags: dict[str, Any] = {}
         if outcome.stop_reason:
-            pareto_tags["tunetrain.stop_reason"] = outcome.stop_reason
+            pareto_tags[schema.STOP_REASON_TAG] = outcome.stop_reason
         # Every Train run has ended: none of Train's own checkpoint copies is needed.
         remove_train_copies(plan.sweep_dir, "train")
         if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
             outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
-            pareto_tags["tunetrain.checkpoints_kept"] = outcome.checkpoints_kept
-            pareto_tags["tunetrain.checkpoint_bytes"] = outcome.checkpoint_bytes
+            pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
+            pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
         if exp.multi_objective:
             outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
             outcome.pareto = pareto_front(records, outcome.objectives)
             for record in outcome.pareto:
-                recorder.set_tags(record.name, {"tunetrain.pareto": "true"})
+                recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
             recorder.flush()
             pareto_tags = {
-                "tunetrain.objectives": ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
-                "tunetrain.pareto_trials": ",".join(r.name for r in outcome.pareto),
-                "tunetrain.pareto_run_ids": ",".join(recorder.run_id(r.name) or "" for r in outcome.pareto),
+                schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
+                schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
+                schema.PARETO_RUN_IDS_TAG: ",".join(recorder.run_id(r.name) or "" for r in outcome.pareto),
             }
         best = outcome.best
         recorder.end_sweep(
             status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
-            best_metrics={f"best_{exp.primary_metric}": best.best_value}
+            best_metrics={schema.BEST_METRIC_PREFIX + exp.primary_metric: best.best_value}
             if best and best.best_value is not None
             else {},
             tags={
                 **pareto_tags,
-                "tunetrain.trials": len(records),
+                schema.TRIALS_TAG: len(records),
                 # Every status, 0 included: a resumed sweep's counts replace the last session's.
-                **{f"tunetrain.trials.{s}": outcome.count(s) for s in ENDED},
+                **{schema.TRIALS_STATUS_PREFIX + s: outcome.count(s) for s in ENDED},
             },
             best_trial=best.name if best else None,
             best_config=best.config if best else None,
@@ -1171,8 +1160,8 @@ def trial_shape(experiment: Experiment) -> dict[str, str]:
     """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
     sweeps of the same shape."""
     return {
-        "tunetrain.workers_per_trial": _workers_text(experiment),
-        "tunetrain.trial_runner": "in_process" if experiment.in_process else "torch_trainer",
+        schema.WORKERS_PER_TRIAL_TAG: _workers_text(experiment),
+        schema.TRIAL_RUNNER_TAG: "in_process" if experiment.in_process else "torch_trainer",
     }
 
 

@@ -1,0 +1,232 @@
+"""What each journal entry does in the MLflow store (the recorder's thread runs these)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from tunetrain.tracking._common import (
+    _MAX_METRICS_PER_BATCH,
+    _MAX_PARAM_LENGTH,
+    _MAX_PARAMS_PER_BATCH,
+    _MAX_TAG_LENGTH,
+    _MAX_TAGS_PER_BATCH,
+    _trim,
+)
+from tunetrain.tracking.journal import Journal
+from tunetrain.tracking.schema import (
+    BEST_CONFIG_ARTIFACT,
+    BEST_CONFIG_TAG,
+    BEST_RUN_ID_TAG,
+    BEST_TRIAL_TAG,
+    ERROR_TAG,
+    ERROR_TEXT_ARTIFACT,
+    PARENT_TAG,
+    ROLE_TAG,
+    RUN_STATUS,
+    STATUS_TAG,
+    SWEEP_ID_TAG,
+    TRIAL_ID_TAG,
+)
+from tunetrain.tracking.store import _metric_points
+
+
+class _StoreWrites:
+    """The recorder's writes to the store, one method per journal op (``_op_<op>``); the
+    state they share is the recorder's (declared here for the type checker)."""
+
+    experiment_name: str
+    experiment_id: str | None
+    parent_run_id: str | None
+    _artifact_location: str | None
+    _journal: Journal | None
+    _run_ids: dict[str, str]
+    _pending_metrics: dict[str, list[Metric]]
+    _pending_since: float | None
+    _pending_first: int
+    _doubtful: bool
+    _replay_until: int
+
+    @property
+    def _client(self) -> MlflowClient:
+        raise NotImplementedError
+
+    def _flush_metrics(self) -> None:
+        if not self._pending_metrics:
+            self._pending_since = None
+            return
+        if self._doubtful or self._pending_first <= self._replay_until:
+            # Sent again (after an outage or a crash): leave out points already in the store.
+            for run_id in list(self._pending_metrics):
+                present = self._points(run_id, {m.key for m in self._pending_metrics[run_id]})
+                self._pending_metrics[run_id] = [
+                    m for m in self._pending_metrics[run_id] if (m.key, m.step) not in present
+                ]
+        for run_id in list(self._pending_metrics):
+            metrics = self._pending_metrics[run_id]
+            for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
+                self._client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS_PER_BATCH])
+            del self._pending_metrics[run_id]  # gone out: a failure after this does not resend them
+        self._pending_since = None
+
+    def _points(self, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
+        """The (metric, step) points of ``keys`` already in the run."""
+        return {(key, step) for _, key, step, _, _ in _metric_points(self._client, [run_id], sorted(keys))}
+
+    def _log_params_and_tags(self, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> None:
+        param_list = [Param(key, _trim(str(value), _MAX_PARAM_LENGTH)) for key, value in params.items()]
+        tag_list = [RunTag(key, _trim(str(value), _MAX_TAG_LENGTH)) for key, value in tags.items()]
+        for start in range(0, len(param_list), _MAX_PARAMS_PER_BATCH):
+            self._client.log_batch(run_id, params=param_list[start : start + _MAX_PARAMS_PER_BATCH])
+        for start in range(0, len(tag_list), _MAX_TAGS_PER_BATCH):
+            self._client.log_batch(run_id, tags=tag_list[start : start + _MAX_TAGS_PER_BATCH])
+
+    def _target(self, trial: str | None) -> str | None:
+        """The run id of a trial (None: of the sweep's parent run)."""
+        return self.parent_run_id if trial is None else self._run_ids.get(trial)
+
+    def _apply(self, entry: dict[str, Any]) -> None:
+        if entry["op"] == "metrics" and not self._pending_metrics:
+            self._pending_first = entry["seq"]
+        getattr(self, f"_op_{entry['op']}")(entry)
+
+    # -- what each journal entry does in the store -------------------------------------
+
+    def _op_start_sweep(self, entry: dict[str, Any]) -> None:
+        if self.parent_run_id is None:
+            experiment = self._client.get_experiment_by_name(self.experiment_name)
+            if experiment is None:
+                self.experiment_id = self._client.create_experiment(
+                    self.experiment_name, artifact_location=self._artifact_location
+                )
+            else:
+                self.experiment_id = experiment.experiment_id
+            found = self._find_run(f"tags.`{SWEEP_ID_TAG}` = '{entry['sweep_id']}' and tags.`{ROLE_TAG}` = 'sweep'")
+            run_id = (
+                found
+                or self._client.create_run(
+                    self.experiment_id,
+                    run_name=entry["run_name"],
+                    tags={SWEEP_ID_TAG: entry["sweep_id"], ROLE_TAG: "sweep"},
+                ).info.run_id
+            )
+            self.parent_run_id = run_id
+            if self._journal is not None:
+                self._journal.write({"run": None, "run_id": run_id, "experiment_id": self.experiment_id}, sync=True)
+        self._log_params_and_tags(self.parent_run_id, entry["params"], entry["tags"])
+
+    def _op_resume_sweep(self, entry: dict[str, Any]) -> None:
+        if self.parent_run_id is not None:
+            self._client.update_run(self.parent_run_id, status="RUNNING")
+            self._log_params_and_tags(self.parent_run_id, {}, entry["tags"])
+
+    def _find_run(self, filter_string: str) -> str | None:
+        if self.experiment_id is None:
+            return None
+        runs = self._client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    def _op_start_trial(self, entry: dict[str, Any]) -> None:
+        trial, parent = entry["trial"], self.parent_run_id
+        if parent is None or self.experiment_id is None or trial in self._run_ids:
+            return
+        trial_key = entry["tags"].get(TRIAL_ID_TAG, trial)
+        found = None
+        if self._doubtful or entry["seq"] <= self._replay_until:  # it may exist already
+            found = self._find_run(f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{TRIAL_ID_TAG}` = '{trial_key}'")
+        run_id = (
+            found
+            or self._client.create_run(
+                self.experiment_id,
+                start_time=int(entry["start_time"] * 1000),
+                run_name=trial,
+                tags={PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key},
+            ).info.run_id
+        )
+        self._run_ids[trial] = run_id
+        if self._journal is not None:
+            self._journal.write({"run": trial, "run_id": run_id})
+        self._log_params_and_tags(run_id, entry["params"], entry["tags"])
+
+    def _op_reopen_trial(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.update_run(run_id, status="RUNNING")
+            self._log_params_and_tags(run_id, {}, {STATUS_TAG: "running"})
+
+    def _op_metrics(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is None:
+            return
+        ts = int(entry["timestamp"] * 1000)
+        pending = self._pending_metrics.setdefault(run_id, [])
+        pending.extend(Metric(key, float(value), ts, entry["step"]) for key, value in entry["metrics"].items())
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
+        if len(pending) >= _MAX_METRICS_PER_BATCH:  # a full batch goes out at once
+            self._flush_metrics()
+
+    def _op_tags(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._log_params_and_tags(run_id, {}, entry["tags"])
+
+    def _op_dict(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.log_dict(run_id, entry["content"], entry["name"])
+
+    def _op_text(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None:
+            self._client.log_text(run_id, entry["text"], entry["name"])
+
+    def _op_artifact(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is not None and Path(entry["path"]).exists():
+            self._client.log_artifact(run_id, entry["path"])
+
+    def _op_end_trial(self, entry: dict[str, Any]) -> None:
+        run_id = self._target(entry["trial"])
+        if run_id is None:
+            return
+        self._flush_metrics()
+        all_tags = {STATUS_TAG: entry["status"], **entry["tags"]}
+        if entry.get("error"):
+            all_tags[ERROR_TAG] = _trim(entry.get("error_headline") or entry["error"], 500)
+            self._client.log_text(run_id, entry["error"], ERROR_TEXT_ARTIFACT)
+        for name, content in (entry.get("artifacts") or {}).items():
+            self._client.log_dict(run_id, content, name)
+        self._log_params_and_tags(run_id, {}, all_tags)
+        self._client.set_terminated(
+            run_id, status=RUN_STATUS.get(entry["status"], "FINISHED"), end_time=int(entry["end_time"] * 1000)
+        )
+
+    def _op_end_sweep(self, entry: dict[str, Any]) -> None:
+        parent = self.parent_run_id
+        if parent is None:
+            return
+        all_tags = dict(entry["tags"])
+        best_trial, best_config = entry.get("best_trial"), entry.get("best_config")
+        if best_trial is not None and best_trial in self._run_ids:
+            all_tags[BEST_RUN_ID_TAG] = self._run_ids[best_trial]
+            all_tags[BEST_TRIAL_TAG] = best_trial
+        if best_config is not None:
+            all_tags[BEST_CONFIG_TAG] = json.dumps(best_config, default=str)
+            self._client.log_dict(parent, dict(best_config), BEST_CONFIG_ARTIFACT)
+        now, step = int(entry["time"] * 1000), int(entry.get("step", 0))
+        # The best value is one point per session of the sweep, at step = how often it was
+        # resumed: the newest (MLflow's latest value: highest step) is the whole sweep's best,
+        # and a session's end sent again writes nothing twice.
+        present = self._points(parent, set(entry["best_metrics"]))
+        metrics = [Metric(k, float(v), now, step) for k, v in entry["best_metrics"].items() if (k, step) not in present]
+        if metrics:
+            self._client.log_batch(parent, metrics=metrics)
+        self._log_params_and_tags(parent, {}, all_tags)
+        self._client.set_terminated(parent, status=entry["status"])
