@@ -18,12 +18,12 @@ DEMO = str(EXPERIMENTS / "mlp_digits.py")
 def _nothing_started(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     import ray
 
-    from tunetrain import tuner
+    from tunetrain.engine import cluster
 
-    # Every way the CLI starts or joins a Ray goes through tuner.connect, then ray.init; both
+    # Every way the CLI starts or joins a Ray goes through cluster.connect, then ray.init; both
     # are watched, so the check holds whether or not an earlier test left a Ray running.
     calls: list[str] = []
-    for owner, name in ((tuner, "connect"), (ray, "init")):
+    for owner, name in ((cluster, "connect"), (ray, "init")):
         original = getattr(owner, name)
 
         def watched(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
@@ -39,17 +39,17 @@ def _nothing_started(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> obj
 
 def _more_workers_than_this_machine_fits() -> tuple[list[str], str]:
     """--workers-per-trial one more than the embedded Ray's CPUs: refused on any machine."""
-    from tunetrain import tuner
+    from tunetrain.engine import cluster
 
-    workers = int(sum(node["CPU"] for node in tuner.local_nodes())) + 1
+    workers = int(sum(node["CPU"] for node in cluster.local_nodes())) + 1
     return [DEMO, "--workers-per-trial", str(workers)], f"A trial needs {workers} worker(s) x (CPU=1)"
 
 
 def _gpus_this_machine_lacks() -> tuple[list[str], str]:
     """--use-gpu where there is no GPU; where there are GPUs, one worker more than they are."""
-    from tunetrain import tuner
+    from tunetrain.engine import cluster
 
-    gpus = int(sum(node.get("GPU", 0) for node in tuner.local_nodes()))
+    gpus = int(sum(node.get("GPU", 0) for node in cluster.local_nodes()))
     if gpus == 0:
         return [DEMO, "--use-gpu"], "use_gpu=True, but the cluster has no GPU"
     return [DEMO, "--use-gpu", "--workers-per-trial", str(gpus + 1)], f"A trial needs {gpus + 1} worker(s)"

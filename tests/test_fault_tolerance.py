@@ -224,7 +224,7 @@ def check_complete_record(workdir: Path, parent_run_id: str, tracking_uri: str |
 
 @pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
 def test_a_sweep_killed_with_sigkill_resumes_without_rerunning_or_doubling(workdir: Path) -> None:
-    from tunetrain.tuner import saved_latest_checkpoints
+    from tunetrain._internals import read_tune_checkpoints as saved_latest_checkpoints
 
     # Kill it at a random point, after 1 to 3 trials ended; the seed is printed (pytest shows
     # it with a failure) and TUNETRAIN_KILL_SEED=N runs that same point again.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from tests.conftest import make_experiment
-from tunetrain.resume import Resumable, changes
+from tunetrain.engine.resumable import Resumable, changes
+from tunetrain.engine.run import records_from_journal
 from tunetrain.tracking import JournalState
-from tunetrain.tuner import records_from_journal
 
 TAGS = {
     "tunetrain.metric": "loss",

@@ -124,8 +124,8 @@ def test_a_checkpoint_that_does_not_load_back_fails_the_round_trip(workdir: Path
 
 def test_pbt_needs_a_checkpoint_other_schedulers_skip_the_check() -> None:
     from tests.conftest import make_experiment
+    from tunetrain.api.smoke_checks import checkpoint_check
     from tunetrain.records import TrialRecord
-    from tunetrain.smoke import checkpoint_check
 
     trial = TrialRecord(name="trial_0000", index=0, trial_id="t", config={}, seed=1)  # reported no checkpoint
     pbt = checkpoint_check(make_experiment(scheduler="pbt", searcher="random"), trial)

@@ -376,12 +376,12 @@ def test_in_process_and_torch_trainer_trials_behave_identically(
 def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunetrain import tuner
+    from tunetrain.engine import run
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("broken after the parent run was created")
 
-    monkeypatch.setattr(tuner, "SweepCallback", broken)  # built only once the parent run exists
+    monkeypatch.setattr(run, "SweepCallback", broken)  # built only once the parent run exists
     path = write_experiment(workdir, KINDS)
     with pytest.raises(RuntimeError, match="broken after the parent run"):
         run_cli("sweep", str(path), "--set", "kind=ok", "--no-report")

@@ -40,6 +40,18 @@ def flatten(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return dict(iter_leaves(mapping))
 
 
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}`` (the inverse of :func:`flatten`)."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
 def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge two nested dicts; values in ``top`` win."""
     out: dict[str, Any] = copy.deepcopy(dict(base))

@@ -24,7 +24,7 @@ from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
 
-from tunetrain import _space
+from tunetrain import _internals, _space
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 
@@ -49,22 +49,14 @@ class _RecordsDecisions:
         self.early_stopped: dict[str, int] = {}
         self.exploits: list[dict[str, Any]] = []
         self._deciding: tuple[str, dict[str, Any]] | None = None
-        self.budget_gate: Any = None  # a tunetrain.budget.BudgetGate under --budget
+        # The sweep's launch policy (tunetrain.engine.policy, e.g. the budget), asked with
+        # Tune's controller before pending trials start: the scheduler's hook is the one
+        # place Tune offers before a trial starts; the decision is the policy's.
+        self.before_launch: Callable[[Any], None] | None = None
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
-        # Tune asks this before it starts pending trials: under a budget that the next trial
-        # would overrun, the trials that never ran are stopped before they start (trials
-        # resumed after a pause have started before and go on).
-        gate = self.budget_gate
-        if gate is not None:
-            trials = tune_controller.get_trials()
-            fresh = [t for t in trials if t.status == "PENDING" and not gate.has_started(t.trial_id)]
-            if fresh and not gate.allows_launch():
-                tune_controller.search_alg.set_finished()  # no more suggestions
-                for trial in fresh:
-                    trial.init_local_path()  # Tune's result table at the end needs every trial's folder
-                    tune_controller.stop_trial(trial)
-                    gate.refused += 1
+        if self.before_launch is not None:
+            self.before_launch(tune_controller)
         return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
 
     def _iteration(self, trial: Any) -> int:
@@ -103,21 +95,20 @@ class _StopWatch:
         return getattr(self._controller, name)
 
 
-class _RecordsExploits(_RecordsDecisions):
+class _RecordsExploits(_internals.RecordsExploits, _RecordsDecisions):
     """Mixin for PBT/PB2: each exploit (recipient, donor, steps, old and new values)."""
 
-    _hyperparam_mutations: dict[str, Any]
+    def before_exploit(self, trial: Any, donor: Any) -> Any:
+        return self._iteration(trial), self._iteration(donor)
 
-    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
-        old = dict(trial.config)
-        step, donor_step = self._iteration(trial), self._iteration(trial_to_clone)
-        super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
-        keys = [key for key, _ in _space.iter_leaves(self._mutated())]
-        flat_old, flat_new = _space.flatten(old), _space.flatten(dict(trial.config))
+    def exploited(self, trial: Any, donor: Any, old_config: dict[str, Any], before: Any) -> None:
+        step, donor_step = before
+        keys = [key for key, _ in _space.iter_leaves(self.mutated_space())]
+        flat_old, flat_new = _space.flatten(old_config), _space.flatten(dict(trial.config))
         self.exploits.append(
             {
                 "trial_id": trial.trial_id,
-                "donor_id": trial_to_clone.trial_id,
+                "donor_id": donor.trial_id,
                 "step": step,
                 "donor_step": donor_step,
                 "old": {key: flat_old.get(key) for key in keys},
@@ -125,9 +116,6 @@ class _RecordsExploits(_RecordsDecisions):
                 "config": dict(trial.config),
             }
         )
-
-    def _mutated(self) -> Mapping[str, Any]:
-        return getattr(self, "_hyperparam_mutations", None) or getattr(self, "_hyperparam_bounds", {})
 
 
 class RecordingFIFO(_RecordsDecisions, FIFOScheduler):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from tunetrain import _space
 from tunetrain.errors import ExperimentError
 from tunetrain.tracking import RunRecord, SweepStore, default_tracking_uri, schema
 
@@ -39,16 +40,7 @@ def _value(text: str) -> Any:
 def nested_config(params: dict[str, str]) -> dict[str, Any]:
     """A trial's config as its train loop received it, from its MLflow params (dotted keys
     nested again, values typed back; ``tunetrain.*`` params left out)."""
-    nested: dict[str, Any] = {}
-    for key, text in params.items():
-        if key.startswith("tunetrain."):
-            continue
-        node = nested
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = _value(text)
-    return nested
+    return _space.unflatten({k: _value(v) for k, v in params.items() if not k.startswith(schema.TAG_PREFIX)})
 
 
 def _objectives(tags: dict[str, str]) -> list[tuple[str, Mode]]:

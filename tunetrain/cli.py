@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from tunetrain.errors import ExperimentError
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-DEFAULT_STORAGE = "tunetrain_results"
+DEFAULT_STORAGE = "tunetrain_results"  # as tunetrain.api's
 
 
 def sweep_parser(subparsers: Any) -> None:
@@ -106,7 +106,7 @@ def sweep_parser(subparsers: Any) -> None:
 
 def _workers(text: str) -> int | tuple[int, int]:
     """``--workers-per-trial``: ``2`` or an elastic range ``1-4``."""
-    from tunetrain.replay import parse_workers
+    from tunetrain.resources import parse_workers
 
     try:
         return parse_workers(text)
@@ -114,299 +114,59 @@ def _workers(text: str) -> int | tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected N or MIN-MAX (e.g. 2 or 1-4), but got {text!r}") from None
 
 
-def resolve_experiment(args: argparse.Namespace) -> Any:
-    """Load the experiment file and apply the command line's overrides (validated again)."""
-    from tunetrain._space import apply_overrides, parse_assignment
-    from tunetrain.experiment import load_experiment
+# The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
+_FIELD_FLAGS = (
+    "num_samples",
+    "scheduler",
+    "searcher",
+    "workers_per_trial",
+    "use_gpu",
+    "trial_runner",
+    "max_concurrent",
+    "max_failures",
+    "placement_strategy",
+    "seed",
+    "deterministic",
+)
 
-    experiment = load_experiment(args.file)
-    changes: dict[str, Any] = {}
-    for flag, field in (
-        ("num_samples", "num_samples"),
-        ("scheduler", "scheduler"),
-        ("searcher", "searcher"),
-        ("workers_per_trial", "workers_per_trial"),
-        ("use_gpu", "use_gpu"),
-        ("max_concurrent", "max_concurrent"),
-        ("trial_runner", "trial_runner"),
-        ("seed", "seed"),
-        ("deterministic", "deterministic"),
-        ("max_failures", "max_failures"),
-        ("placement_strategy", "placement_strategy"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            changes[field] = value
-    if args.scheduler is not None and args.scheduler != experiment.scheduler:
-        changes["scheduler_options"] = {}  # the file's options belong to its own scheduler
-    if args.searcher is not None and args.searcher != experiment.searcher:
-        changes["searcher_options"] = {}
-    if args.overrides:
-        overrides = dict(parse_assignment(text) for text in args.overrides)
-        changes["space"], changes["defaults"] = apply_overrides(experiment.space, experiment.defaults, overrides)
-    return experiment.replace(**changes) if changes else experiment
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command line as recorded on the sweep's run (``tunetrain.command``)."""
+    return ["python", "-m", "tunetrain", *args.argv]
 
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    experiment = resolve_experiment(args)
+    from tunetrain import api
+    from tunetrain._space import parse_assignment
+
+    fields = {flag: getattr(args, flag) for flag in _FIELD_FLAGS}
+    overrides = dict(parse_assignment(text) for text in args.overrides)
+    where = {"tracking_uri": args.tracking_uri, "storage": args.storage, "address": args.address, "name": args.name}
     if args.smoke:
-        return smoke_command(experiment, args, stream=stream)
-    from tunetrain.budget import parse_budget
-
-    name, resumable = args.name, None
-    if args.resume:
-        from tunetrain import resume
-
-        storage = args.storage or DEFAULT_STORAGE
-        name = name or resume.latest_sweep(storage, experiment.name)
-        if name is None:
-            raise ExperimentError(
-                f"--resume: no sweep of experiment {experiment.name!r} under {storage!r}.",
-                fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
-            )
-        resumable = resume.load(storage, name)
-        if resumable.ended_as:
-            print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=stream)
-            return EXIT_OK
-        if experiment.seed is None:  # the seed drawn when the sweep started
-            experiment = experiment.replace(seed=resumable.root_seed)
-    status, _ = execute_sweep(
-        experiment,
-        budget=parse_budget(args.budget) if args.budget else None,
-        tracking_uri=args.tracking_uri,
-        storage=args.storage,
-        address=args.address,
-        name=name,
-        resume=resumable,
-        argv=args.argv,
-        dry_run=args.dry_run or args.estimate,
-        require_estimate=args.estimate,
+        smoked = api.smoke(
+            args.file,
+            steps=args.smoke_steps,
+            overrides=overrides,
+            stream=stream,
+            command=_command(args),
+            **where,
+            **fields,
+        )
+        return EXIT_OK if smoked.passed else EXIT_ALL_FAILED
+    result = api.sweep(
+        args.file,
+        **fields,
+        overrides=overrides,
+        **where,
+        budget=args.budget,
         report=not args.no_report,
+        resume=args.resume,
+        dry_run=args.dry_run,
+        require_estimate=args.estimate,
         stream=stream,
+        command=_command(args),
     )
-    return status
-
-
-def smoke_command(experiment: Any, args: argparse.Namespace, *, stream: TextIO) -> int:
-    """``sweep --smoke``: a tiny trial (and a second one from its checkpoint), then verdicts;
-    exit 0 when every check passed (or was skipped), 1 otherwise."""
-    from datetime import datetime
-
-    from tunetrain import smoke, tracking
-    from tunetrain.tracking import schema
-
-    if args.smoke_steps < 2:
-        raise ExperimentError(
-            f"--smoke-steps must be at least 2 (to see the metric improve), but got {args.smoke_steps}.",
-            fix="Pass --smoke-steps 5, or leave it out.",
-        )
-    tiny = smoke.smoke_experiment(experiment, steps=args.smoke_steps)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    common: dict[str, Any] = {
-        "tracking_uri": args.tracking_uri,
-        "storage": args.storage,
-        "address": args.address,
-        "argv": args.argv,
-        "report": False,
-        "stream": stream,
-    }
-    try:
-        _, outcome = execute_sweep(tiny, name=args.name or f"{experiment.name}-smoke-{stamp}", **common)
-    except ExperimentError as exc:
-        print(f"\nSmoke test of {experiment.name}:\n  FAIL  resources or set-up: {exc}", file=stream, flush=True)
-        raise
-    store = tracking.SweepStore(args.tracking_uri or tracking.default_tracking_uri())
-    if outcome.parent_run_id:
-        store.set_tags(outcome.parent_run_id, {schema.SMOKE_TAG: "true"})
-    run_ids = list(outcome.run_ids.values())
-    reported = sorted({key for t in outcome.trials for key in t.last})
-    history = store.histories(run_ids, reported)
-    checks = [smoke.resources_check(tiny)]
-    trial_checks, trial = smoke.trial_checks(tiny, outcome, history)
-    checks += trial_checks
-    if trial is not None and trial.status != "failed" and not outcome.bad_input:
-        verdict = smoke.checkpoint_check(experiment, trial)
-        if verdict is None:
-            # The latest, as a resumed or restarted trial would (Tune keeps it whatever the policy).
-            latest = trial.checkpoints[-1]
-            print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=stream, flush=True)
-            _, restored = execute_sweep(
-                smoke.restore_experiment(tiny),
-                name=f"{experiment.name}-smoke-restore-{stamp}",
-                initial_checkpoint=latest["path"],
-                **common,
-            )
-            if restored.parent_run_id:
-                store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})
-            verdict = smoke.round_trip_check(latest, restored)
-        checks.append(verdict)
-        measured = smoke.timings(trial, history)
-        checks.append(smoke.timing_check(measured))
-        if measured is not None and outcome.parent_run_id:  # for the cost estimate of --dry-run
-            store.set_tags(
-                outcome.parent_run_id,
-                {schema.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", schema.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
-            )
-    failed = [c for c in checks if c.verdict == "FAIL"]
-    print(f"\nSmoke test of {experiment.name} ({args.smoke_steps} steps):", file=stream)
-    for check in checks:
-        print(check.line(), file=stream)
-    print(
-        f"Smoke: {'FAILED, ' + str(len(failed)) + ' check(s)' if failed else 'all checks passed'}.",
-        file=stream,
-        flush=True,
-    )
-    return EXIT_ALL_FAILED if failed else EXIT_OK
-
-
-def execute_sweep(
-    experiment: Any,
-    *,
-    tracking_uri: str | None,
-    storage: str | None,
-    address: str | None,
-    name: str | None,
-    argv: list[str] | None,
-    stream: TextIO,
-    dry_run: bool = False,
-    report: bool = True,
-    trial_seeds: tuple[int, ...] = (),
-    initial_checkpoint: str | None = None,
-    budget: Any = None,
-    require_estimate: bool = False,
-    resume: Any = None,
-) -> tuple[int, Any]:
-    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.resume.Resumable`);
-    returns (exit status, outcome or None)."""
-    from tunetrain import _space, tracking, tuner
-
-    tracking_uri = tracking_uri or tracking.default_tracking_uri()
-    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
-    # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
-    # a cluster is asked (connecting starts nothing).
-    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
-    if address is None:
-        nodes = tuner.local_nodes()
-    else:
-        tuner.connect(address, log_dir=log_dir)
-        nodes = tuner.cluster_nodes()
-        if len(nodes) > 1 and not storage_given:
-            raise ExperimentError(
-                f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
-                f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
-                "other nodes cannot see.",
-                fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
-                "see docs/cluster.md.",
-            )
-    plan = tuner.plan_sweep(
-        experiment,
-        nodes=nodes,
-        tracking_uri=tracking_uri,
-        storage_path=storage,
-        address=address,
-        sweep_name=name,
-        argv=["python", "-m", "tunetrain", *(argv or [])],
-        trial_seeds=trial_seeds,
-        initial_checkpoint=initial_checkpoint,
-        budget=budget,
-    )
-    if resume is not None:
-        plan = _resumed_plan(plan, resume)
-    from tunetrain.algorithms import budget_warning
-
-    if (warning := budget_warning(plan.experiment)) is not None:
-        print(f"tunetrain: warning: {warning}", file=stream, flush=True)
-    if dry_run:
-        from tunetrain import estimate
-
-        print(tuner.describe_plan(plan), file=stream)
-        shape = tuner.trial_shape(plan.experiment)
-        smoke = tracking.latest_smoke_timings(tracking_uri, experiment.name, shape=shape)
-        unfit = ""
-        if smoke is None and (other := tracking.latest_smoke_timings(tracking_uri, experiment.name)) is not None:
-            unfit = (
-                f"The newest smoke run, {other.sweep}, ran {other.shape_text()}, and this sweep runs "
-                f"{tracking.describe_shape(shape)}: its start-up and step times do not apply."
-            )
-        print(
-            estimate.describe(plan.experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit),
-            file=stream,
-        )
-        if require_estimate and smoke is None:
-            raise ExperimentError(
-                f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
-                f"{tracking.describe_shape(shape)}, and the store {tracking_uri} has none. {unfit}".rstrip(),
-                fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
-                "--trial-runner (same --tracking-uri).",
-            )
-        return EXIT_OK, None
-    if experiment.preflight is not None:
-        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
-    print(
-        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
-        f"metric {experiment.primary_metric} ({experiment.primary_mode}); tracking {tracking_uri}",
-        file=stream,
-        flush=True,
-    )
-    log_dir = Path(plan.storage_path) / plan.sweep_name / "logs"
-    ray_logs = tuner.connect(address, log_dir=log_dir)
-    print(f"Ray logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})", file=stream, flush=True)
-    outcome = tuner.run_sweep(plan, stream=stream, log_dir=Path(ray_logs))
-    from tunetrain.console import summary
-
-    print("", file=stream)
-    print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
-    if report and outcome.parent_run_id and not outcome.bad_input:
-        _end_of_sweep_report(outcome, tracking_uri, Path(plan.storage_path) / plan.sweep_name, stream)
-    if outcome.bad_input:
-        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
-        return EXIT_BAD_INPUT, outcome
-    if any(t.status in ("completed", "stopped_early") for t in outcome.trials):
-        return EXIT_OK, outcome
-    return EXIT_ALL_FAILED, outcome
-
-
-def _resumed_plan(plan: Any, resume: Any) -> Any:
-    """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
-    import dataclasses
-
-    from tunetrain import resume as resuming
-    from tunetrain import tuner
-
-    plan = dataclasses.replace(plan, sweep_id=resume.sweep_id, resume=True)
-    params, tags = tuner.sweep_tags(plan)
-    changed = resuming.changes(resume, params, tags)
-    if changed:
-        raise ExperimentError(
-            f"Sweep {resume.name} cannot resume: the experiment changed since it started:\n  - "
-            + "\n  - ".join(changed),
-            fix="Resume with the experiment as it was (the sweep's MLflow run holds the file it started with, "
-            "and its command line is its tunetrain.command tag), or start a new sweep with another --name. "
-            "To run more trials, pass a larger --num-samples.",
-        )
-    grows = plan.experiment.num_samples > resume.num_samples
-    if grows and plan.experiment.searcher in ("random", "grid"):
-        raise ExperimentError(
-            f"Sweep {resume.name} used searcher {plan.experiment.searcher!r}, whose trials Ray Tune fixes when the "
-            f"sweep starts; it cannot grow from {resume.num_samples} to {plan.experiment.num_samples} trials.",
-            fix=f"Resume with --num-samples {resume.num_samples} (or leave it out), and start a new sweep for more.",
-        )
-    return plan
-
-
-def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
-    """The sweep report, written after the summary; a failure here never changes the sweep's
-    exit status (everything is recorded already), it is only said."""
-    from tunetrain.analysis import load_sweep
-    from tunetrain.report import write_report
-
-    try:
-        sweep = load_sweep(outcome.parent_run_id, tracking_uri=tracking_uri)
-        path = write_report(sweep, folder / "report.html")
-    except Exception as exc:  # the report is a convenience: say why it is missing and go on
-        print(f"Sweep report not written ({type(exc).__name__}: {exc}); retry: tunetrain report", file=stream)
-        return
-    print(f"Report: {path} (also on the sweep's MLflow run, artifacts/report/)", file=stream, flush=True)
+    return result.exit_status
 
 
 # -- looking around: list, show, best, report, ui ------------------------------------------
@@ -612,54 +372,20 @@ def replay_parser(subparsers: Any) -> None:
 
 
 def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    import tempfile
-    from datetime import datetime
+    from tunetrain import api
 
-    from tunetrain import replay
-    from tunetrain.tracking import SweepStore, schema
-
-    uri = _tracking_uri(args)
-    store = SweepStore(uri)
-    with tempfile.TemporaryDirectory(prefix="tunetrain-replay-") as folder:
-        spec = replay.prepare_replay(store, args.run_id, steps=args.steps, folder=Path(folder))
-        print(replay.describe(spec), file=stream, flush=True)
-        name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        status, outcome = execute_sweep(
-            spec.experiment,
-            tracking_uri=uri,
-            storage=args.storage,
-            address=args.address,
-            name=name,
-            argv=args.argv,
-            stream=stream,
-            report=False,
-            trial_seeds=(spec.seed,),
-        )
-    if outcome is None or not outcome.run_ids or status != EXIT_OK:
-        print(f"\nThe replay did not run to the end (exit {status}); nothing to compare.", file=stream)
-        return status if status != EXIT_OK else EXIT_ALL_FAILED
-    new_run = next(iter(outcome.run_ids.values()))
-    store.set_tags(new_run, {replay.REPLAY_OF_TAG: spec.run.run_id, schema.REPLAY_OF_TRIAL_TAG: spec.run.name})
-    if outcome.parent_run_id:
-        store.set_tags(outcome.parent_run_id, {replay.REPLAY_OF_TAG: spec.run.run_id})
-    metrics = sorted(spec.run.metrics)
-    comparisons = replay.compare_histories(
-        store.histories([spec.run.run_id], metrics), store.histories([new_run], metrics), steps=spec.steps
+    replayed = api.replay(
+        args.run_id,
+        steps=args.steps,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        address=args.address,
+        stream=stream,
+        command=_command(args),
     )
-    store.log_dict(new_run, replay.to_record(comparisons), schema.REPLAY_COMPARISON_ARTIFACT)
-    differences = replay.provenance_differences(spec.parent.tags, store.run(outcome.parent_run_id).tags)
-    identical = all(c.identical for c in comparisons)
-    print(f"\nReplay of {spec.run.name} (run {spec.run.run_id}) as run {new_run}:", file=stream)
-    print(replay.comparison_table(comparisons), file=stream)
-    if differences:
-        print("Recorded provenance that differs (original -> replay):", file=stream)
-        for key, old, new in differences:
-            print(f"  {key}: {old} -> {new}", file=stream)
-    else:
-        print("Recorded provenance: the same (package versions, hardware, deterministic mode, file hash).", file=stream)
-    verdict = "identical" if identical else "DIFFERENT"
-    print(f"Metric histories: {verdict} over {spec.steps} step(s).", file=stream, flush=True)
-    return EXIT_OK if identical else EXIT_ALL_FAILED
+    if replayed.run_id is None:  # it did not run to the end
+        return replayed.sweep.exit_status or EXIT_ALL_FAILED
+    return EXIT_OK if replayed.identical else EXIT_ALL_FAILED
 
 
 def resume_parser(subparsers: Any) -> None:
@@ -680,16 +406,11 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     import os
     import shlex
 
-    from tunetrain import resume
+    from tunetrain import api
+    from tunetrain.engine import resumable
 
-    sweep = resume.load(args.storage, args.sweep)
-    header = sweep.journal.header
+    header = resumable.load(args.storage, args.sweep).journal.header
     argv = shlex.split(str(header.get("command", "")))[3:]  # after "python -m tunetrain"
-    if not argv or argv[0] != "sweep":
-        raise ExperimentError(
-            f"Sweep {args.sweep!r} did not record the command it started with (its journal's header: {header}).",
-            fix="Resume it with the same command line plus --resume --name " + args.sweep,
-        )
     # The recorded command's own --name/--storage/--resume give way to these (said once each).
     replaced = {"--name": 1, "--storage": 1, "--resume": 0}
     if args.num_samples is not None:
@@ -697,6 +418,20 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     argv = [*_without_flags(argv, replaced), "--resume", "--name", args.sweep, "--storage", args.storage]
     if args.num_samples is not None:
         argv += ["--num-samples", str(args.num_samples)]
+    if isinstance(header.get("request"), dict):
+        # The sweep saved its plan: it is rebuilt from there. Its resume_command tag is the
+        # sweep command that resumes it (paste it to do the same).
+        command = ["python", "-m", "tunetrain", *argv] if argv[0] == "sweep" else _command(args)
+        result = api.resume(
+            args.sweep, storage=args.storage, num_samples=args.num_samples, stream=stream, command=command
+        )
+        return result.exit_status
+    # A sweep of an older tunetrain saved only its command line: run it again, resuming.
+    if not argv or argv[0] != "sweep":
+        raise ExperimentError(
+            f"Sweep {args.sweep!r} did not record the command it started with (its journal's header: {header}).",
+            fix="Resume it with the same command line plus --resume --name " + args.sweep,
+        )
     resumed = build_parser().parse_args(argv)
     resumed.argv = argv
     cwd = str(header.get("cwd") or "")
@@ -737,9 +472,10 @@ def sync_parser(subparsers: Any) -> None:
 
 
 def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain import resume, tracking
+    from tunetrain import tracking
+    from tunetrain.engine import resumable
 
-    path = resume.journal_path(args.storage, args.sweep)
+    path = resumable.journal_path(args.storage, args.sweep)
     if not path.exists():
         raise ExperimentError(
             f"No tracking journal for sweep {args.sweep!r} at {str(path)!r}.",

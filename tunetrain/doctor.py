@@ -82,7 +82,7 @@ def connect(address: str | None) -> Check:
     try:
         if not ray.is_initialized():
             if address is not None:
-                from tunetrain.tuner import use_cluster_token
+                from tunetrain.engine.cluster import use_cluster_token
 
                 use_cluster_token()
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)

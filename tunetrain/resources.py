@@ -79,3 +79,9 @@ def max_concurrent_trials(*, num_workers: int, worker: Resources, strategy: str,
     while count < 10_000 and _place(bundles, strategy, free):
         count += 1
     return max(count, 1)
+
+
+def parse_workers(text: str) -> int | tuple[int, int]:
+    """``workers_per_trial`` as recorded: ``2``, or ``1-4`` for an elastic range."""
+    low, _, high = text.partition("-")
+    return (int(low), int(high)) if high else int(low)

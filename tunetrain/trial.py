@@ -20,7 +20,6 @@ Two runners, one train loop:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import math
 import os
@@ -35,16 +34,11 @@ from typing import Any
 import ray.train
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig
-from ray.train._internal.session import get_session
 from ray.train.torch import TorchTrainer
-from ray.train.v2._internal.execution.train_fn_utils import (
-    LocalTrainFnUtils,
-    get_train_fn_utils,
-    set_train_fn_utils,
-)
 from ray.train.v2.api.callback import UserCallback
 from ray.train.v2.api.config import ScalingConfig  # Train V2's: num_workers may be an elastic range
 
+from tunetrain import _internals
 from tunetrain.context import TrialContext, _set_context
 from tunetrain.seeding import derive_seed, seed_everything
 
@@ -233,7 +227,7 @@ def _worker_main(
         if deterministic:
             make_deterministic()
         if start_checkpoint is not None:
-            set_train_fn_utils(_StartFrom(get_train_fn_utils(), start_checkpoint))
+            _internals.set_train_fn_utils(_StartFrom(_internals.get_train_fn_utils(), start_checkpoint))
         context = ray.train.get_context()
         rank = context.get_world_rank()
         if mailbox is not None:  # where this rank runs, for the trial's record
@@ -467,8 +461,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             # process, Ray 2.60's placement-group cleaner sometimes keeps the group, and its
             # CPUs stay taken for the rest of the sweep.
             mailbox.ack.remote()
-            with contextlib.suppress(Exception):  # best effort: this process is going away anyway
-                ray.get(controller.abort.remote(), timeout=30)
+            _internals.abort_train_run(controller, timeout_s=30)
     thread.join()
     # Tune holds copies of every checkpoint it kept; Train's own (its latest, for restarting
     # workers) is not needed once its run has ended. (A trial that Tune stops may not get
@@ -488,7 +481,10 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         raise failure[0]
 
 
-class _TuneBridge(LocalTrainFnUtils):
+_LocalTrainFnUtils: Any = _internals.train_fn_utils_base()
+
+
+class _TuneBridge(_LocalTrainFnUtils):
     """Ray Train's local-mode utilities with every ``ray.train.report`` forwarded to Tune.
 
     Ray's own local mode (``ScalingConfig(num_workers=0)``) only keeps the last report; a
@@ -516,7 +512,7 @@ class _TuneBridge(LocalTrainFnUtils):
         if self._first:
             metrics[NODES_KEY], self._first = [this_node()], False
         self._session.report(metrics, checkpoint=checkpoint)
-        self._last_metrics = metrics  # type: ignore[assignment]  # Ray annotates it as None
+        self._last_metrics = metrics
 
     def get_checkpoint(self) -> Any:
         # The checkpoint Tune restored this trial from (failure retry, PBT exploit, resume),
@@ -530,28 +526,23 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     if name in spec.finished:
         return
     index = trial_index(name)
-    session = get_session()
-    assert session is not None, "run_trial_in_process runs inside a Ray Tune trial"
+    session = _internals.tune_session()
     initial = None
     if session.loaded_checkpoint is None and spec.initial_checkpoint is not None:
         initial = ray.train.Checkpoint.from_directory(spec.initial_checkpoint)
-    set_train_fn_utils(
+    _internals.set_train_fn_utils(
         _TuneBridge(session=session, experiment_name=name, initial_checkpoint=initial, objectives=spec.objectives)
     )
-    # ray.train.report/get_context/get_checkpoint refuse to run in a Tune function (Ray
-    # checks that the session has no world rank) to steer users to ray.tune.*; the train
-    # loop is written for Ray Train, so while it runs the session has rank 0, as on a
-    # one-worker TorchTrainer.
-    session.world_rank = 0
+    # The train loop is written for Ray Train: ray.train.* work while it runs.
     try:
-        _worker_main(
-            spec.train_loop,
-            name,
-            index,
-            spec.trial_seed(index),
-            deterministic=spec.deterministic,
-            objectives=spec.objectives,
-        )(config)
+        with _internals.train_api_in_tune_function(session):
+            _worker_main(
+                spec.train_loop,
+                name,
+                index,
+                spec.trial_seed(index),
+                deterministic=spec.deterministic,
+                objectives=spec.objectives,
+            )(config)
     finally:
-        session.world_rank = None
-        set_train_fn_utils(None)
+        _internals.set_train_fn_utils(None)

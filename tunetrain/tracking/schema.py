@@ -8,6 +8,7 @@ A sweep is one parent run (``ROLE_TAG`` = ``"sweep"``) and one child run per tri
 
 from __future__ import annotations
 
+TAG_PREFIX = "tunetrain."  # every tunetrain tag (and the seed param) starts so
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: a trial's run -> its sweep's parent run
 
 # -- on every run ------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.tracking._common import _quiet_mlflow_logging, _trim
 from tunetrain.tracking.schema import (
@@ -262,30 +262,12 @@ def _metric_points(
     0.9 s (benchmarks/analysis_load.py). A tracking server gets one
     ``get_metric_history`` per run and metric, 8 in flight.
     """
-    store = client._tracking_client.store
     rows: list[tuple[str, str, int, float, float]] = []
     if not keys or not run_ids:
         return rows
-    if hasattr(store, "ManagedSessionMaker"):
-        import sqlalchemy as sa
-        from mlflow.store.tracking.dbmodels.models import SqlMetric
-
-        for start in range(0, len(run_ids), 500):
-            query: Any = sa.select(
-                SqlMetric.run_uuid,
-                SqlMetric.key,
-                SqlMetric.step,
-                SqlMetric.value,
-                SqlMetric.timestamp,
-                SqlMetric.is_nan,
-            ).where(SqlMetric.key.in_(keys), SqlMetric.run_uuid.in_(list(run_ids[start : start + 500])))
-            with store.ManagedSessionMaker() as session:
-                # MLflow stores NaN as 0 with is_nan set (its Metric entity reads it back the same way).
-                rows.extend(
-                    (run, key, step, math.nan if is_nan else value, ts / 1000)
-                    for run, key, step, value, ts, is_nan in session.execute(query)
-                )
-        return rows
+    found = _internals.sql_metric_points(client, run_ids, keys)
+    if found is not None:
+        return found
 
     def one(pair: tuple[str, str]) -> list[tuple[str, str, int, float, float]]:
         run_id, key = pair

@@ -21,6 +21,7 @@ import pandas as pd
 from tunetrain.analysis import nested_config
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, StopRule, load_experiment
+from tunetrain.resources import parse_workers
 from tunetrain.tracking import RunRecord, SweepStore, schema
 
 REPLAY_OF_TAG = schema.REPLAY_OF_TAG
@@ -60,12 +61,6 @@ class MetricComparison:
     @property
     def identical(self) -> bool:
         return self.first_step is None and self.original_points == self.replayed_points
-
-
-def parse_workers(text: str) -> int | tuple[int, int]:
-    """``workers_per_trial`` as recorded: ``2``, or ``1-4`` for an elastic range."""
-    low, _, high = text.partition("-")
-    return (int(low), int(high)) if high else int(low)
 
 
 def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder: Path) -> ReplaySpec:

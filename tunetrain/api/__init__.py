@@ -1,0 +1,24 @@
+"""The Python API: :func:`sweep`, :func:`resume`, :func:`smoke` and :func:`replay`, what the
+CLI's commands call (``tunetrain sweep FILE`` is ``tunetrain.sweep(FILE)``).
+
+Bad input raises :class:`tunetrain.ExperimentError` (rule, value, fix) before anything
+starts. A sweep that ran returns a :class:`SweepResult`, whatever its trials did: a failed
+trial never raises, and Ctrl+C (a notebook's interrupt too) ends the sweep cleanly, with
+its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` set.
+"""
+
+from tunetrain.api._replay import ReplayResult, replay
+from tunetrain.api._result import SweepResult
+from tunetrain.api._smoke import SmokeResult, smoke
+from tunetrain.api._sweep import resolve_experiment, resume, sweep
+
+__all__ = [
+    "ReplayResult",
+    "SmokeResult",
+    "SweepResult",
+    "replay",
+    "resolve_experiment",
+    "resume",
+    "smoke",
+    "sweep",
+]

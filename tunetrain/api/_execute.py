@@ -1,0 +1,205 @@
+"""One sweep from a resolved experiment: plan it (checked before Ray starts where it can be),
+print the dry run or run it, then the summary and the report. Every API function that runs
+trials (sweep, resume, smoke, replay) comes through :func:`execute`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from tunetrain import _space
+from tunetrain.api._result import SweepResult
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment
+
+DEFAULT_STORAGE = "tunetrain_results"
+
+
+def execute(
+    experiment: Experiment,
+    *,
+    tracking_uri: str | None,
+    storage: str | None,
+    address: str | None,
+    name: str | None,
+    command: list[str],
+    stream: TextIO,
+    request: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    report: bool = True,
+    trial_seeds: tuple[int, ...] = (),
+    initial_checkpoint: str | None = None,
+    budget: Any = None,
+    require_estimate: bool = False,
+    resume: Any = None,
+    recorder: Callable[..., Any] | None = None,
+    view: Callable[..., Any] | None = None,
+) -> SweepResult:
+    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.engine.resumable.Resumable`)."""
+    from tunetrain import tracking
+    from tunetrain.engine import cluster, run
+    from tunetrain.engine import plan as planning
+
+    tracking_uri = tracking_uri or tracking.default_tracking_uri()
+    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
+    # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
+    # a cluster is asked (connecting starts nothing).
+    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
+    if address is None:
+        nodes = cluster.local_nodes()
+    else:
+        cluster.connect(address, log_dir=log_dir)
+        nodes = cluster.cluster_nodes()
+        if len(nodes) > 1 and not storage_given:
+            raise ExperimentError(
+                f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
+                f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
+                "other nodes cannot see.",
+                fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
+                "see docs/cluster.md.",
+            )
+    plan = planning.plan_sweep(
+        experiment,
+        nodes=nodes,
+        tracking_uri=tracking_uri,
+        storage_path=storage,
+        address=address,
+        sweep_name=name,
+        argv=command,
+        trial_seeds=trial_seeds,
+        initial_checkpoint=initial_checkpoint,
+        budget=budget,
+        request=request,
+    )
+    if resume is not None:
+        plan = _resumed_plan(plan, resume)
+    from tunetrain.algorithms import budget_warning
+
+    if (warning := budget_warning(plan.experiment)) is not None:
+        print(f"tunetrain: warning: {warning}", file=stream, flush=True)
+    if dry_run:
+        _dry_run(plan, require_estimate=require_estimate, stream=stream)
+        return SweepResult(
+            name=plan.sweep_name,
+            status="dry_run",
+            metric=experiment.primary_metric,
+            mode=experiment.primary_mode,
+            tracking_uri=tracking_uri,
+            storage_path=plan.sweep_dir,
+            plan=plan,
+        )
+    if experiment.preflight is not None:
+        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
+    print(
+        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
+        f"metric {experiment.primary_metric} ({experiment.primary_mode}); tracking {tracking_uri}",
+        file=stream,
+        flush=True,
+    )
+    log_dir = Path(plan.sweep_dir) / "logs"
+    ray_logs = cluster.connect(address, log_dir=log_dir)
+    print(f"Ray logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})", file=stream, flush=True)
+    outcome = run.run_sweep(
+        plan,
+        stream=stream,
+        log_dir=Path(ray_logs),
+        recorder=recorder or tracking.SweepRecorder,
+        **({"view": view} if view is not None else {}),
+    )
+    from tunetrain.console import summary
+
+    print("", file=stream)
+    print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
+    if report and outcome.parent_run_id and not outcome.bad_input:
+        _end_of_sweep_report(outcome, tracking_uri, Path(plan.sweep_dir), stream)
+    if outcome.bad_input:
+        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
+        status = "bad_input"
+    elif any(t.status in ("completed", "stopped_early") for t in outcome.trials):
+        status = "ok"
+    else:
+        status = "all_failed"
+    return SweepResult(
+        name=plan.sweep_name,
+        status=status,  # type: ignore[arg-type]
+        metric=outcome.metric,
+        mode=outcome.mode,
+        tracking_uri=tracking_uri,
+        storage_path=plan.sweep_dir,
+        trials=outcome.trials,
+        experiment_id=outcome.experiment_id,
+        parent_run_id=outcome.parent_run_id,
+        run_ids=dict(outcome.run_ids),
+        interrupted=outcome.interrupted,
+        error=outcome.bad_input,
+        outcome=outcome,
+        plan=plan,
+    )
+
+
+def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
+    """The plan, and its cost from the newest smoke run of the same trial shape."""
+    from tunetrain import estimate, tracking
+    from tunetrain.engine.plan import describe_plan, trial_shape
+
+    experiment = plan.experiment
+    print(describe_plan(plan), file=stream)
+    shape = trial_shape(experiment)
+    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=shape)
+    unfit = ""
+    if smoke is None and (other := tracking.latest_smoke_timings(plan.tracking_uri, experiment.name)) is not None:
+        unfit = (
+            f"The newest smoke run, {other.sweep}, ran {other.shape_text()}, and this sweep runs "
+            f"{tracking.describe_shape(shape)}: its start-up and step times do not apply."
+        )
+    print(estimate.describe(experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit), file=stream)
+    if require_estimate and smoke is None:
+        raise ExperimentError(
+            f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
+            f"{tracking.describe_shape(shape)}, and the store {plan.tracking_uri} has none. {unfit}".rstrip(),
+            fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
+            "--trial-runner (same --tracking-uri).",
+        )
+
+
+def _resumed_plan(plan: Any, resume: Any) -> Any:
+    """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
+    from tunetrain.engine import resumable as resuming
+    from tunetrain.engine.plan import sweep_tags
+
+    plan = dataclasses.replace(plan, sweep_id=resume.sweep_id, resume=True)
+    params, tags = sweep_tags(plan)
+    changed = resuming.changes(resume, params, tags)
+    if changed:
+        raise ExperimentError(
+            f"Sweep {resume.name} cannot resume: the experiment changed since it started:\n  - "
+            + "\n  - ".join(changed),
+            fix="Resume with the experiment as it was (the sweep's MLflow run holds the file it started with, "
+            "and its command line is its tunetrain.command tag), or start a new sweep with another --name. "
+            "To run more trials, pass a larger --num-samples.",
+        )
+    grows = plan.experiment.num_samples > resume.num_samples
+    if grows and plan.experiment.searcher in ("random", "grid"):
+        raise ExperimentError(
+            f"Sweep {resume.name} used searcher {plan.experiment.searcher!r}, whose trials Ray Tune fixes when the "
+            f"sweep starts; it cannot grow from {resume.num_samples} to {plan.experiment.num_samples} trials.",
+            fix=f"Resume with --num-samples {resume.num_samples} (or leave it out), and start a new sweep for more.",
+        )
+    return plan
+
+
+def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
+    """The sweep report, written after the summary; a failure here never changes the sweep's
+    result (everything is recorded already), it is only said."""
+    from tunetrain.analysis import load_sweep
+    from tunetrain.report import write_report
+
+    try:
+        sweep = load_sweep(outcome.parent_run_id, tracking_uri=tracking_uri)
+        path = write_report(sweep, folder / "report.html")
+    except Exception as exc:  # the report is a convenience: say why it is missing and go on
+        print(f"Sweep report not written ({type(exc).__name__}: {exc}); retry: tunetrain report", file=stream)
+        return
+    print(f"Report: {path} (also on the sweep's MLflow run, artifacts/report/)", file=stream, flush=True)

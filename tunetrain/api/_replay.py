@@ -1,0 +1,93 @@
+"""``tunetrain.replay``: one recorded trial run again from its MLflow record alone, and its
+metric histories compared step by step (see :mod:`tunetrain.replay`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from tunetrain.api._execute import DEFAULT_STORAGE, execute
+from tunetrain.api._result import SweepResult
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    """The replay's run, and how its metric histories compare with the original's."""
+
+    original_run_id: str
+    run_id: str | None  # the replay's MLflow run (None when it did not run to the end)
+    comparisons: list[Any]  # tunetrain.replay.MetricComparison, one per metric
+    provenance_differences: list[tuple[str, str, str]]  # (tag, original, replay)
+    sweep: SweepResult
+
+    @property
+    def identical(self) -> bool:
+        """Every metric's history is the same, step by step (False when nothing ran)."""
+        return self.run_id is not None and all(c.identical for c in self.comparisons)
+
+
+def replay(
+    run_id: str,
+    *,
+    steps: int | None = None,
+    tracking_uri: str | None = None,
+    storage: str = DEFAULT_STORAGE,
+    address: str | None = None,
+    stream: TextIO | None = None,
+    command: list[str] | None = None,
+) -> ReplayResult:
+    """Run the trial of MLflow run ``run_id`` again from its record (config, seed, workers,
+    the experiment file its sweep ran), record it as a new run linked to the original, and
+    compare the metric histories over ``steps`` steps (default: as many as it recorded)."""
+    from tunetrain import tracking
+    from tunetrain.api import replay_compare as replaying
+    from tunetrain.tracking import schema
+
+    out = stream or sys.stdout
+    uri = tracking_uri or tracking.default_tracking_uri()
+    store = tracking.SweepStore(uri)
+    with tempfile.TemporaryDirectory(prefix="tunetrain-replay-") as folder:
+        spec = replaying.prepare_replay(store, run_id, steps=steps, folder=Path(folder))
+        print(replaying.describe(spec), file=out, flush=True)
+        name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        result = execute(
+            spec.experiment,
+            tracking_uri=uri,
+            storage=storage,
+            address=address,
+            name=name,
+            command=command if command is not None else [f"tunetrain.replay({run_id!r})"],
+            stream=out,
+            report=False,
+            trial_seeds=(spec.seed,),
+        )
+    if not result.run_ids or result.status != "ok":
+        print(f"\nThe replay did not run to the end (exit {result.exit_status}); nothing to compare.", file=out)
+        return ReplayResult(run_id, None, [], [], result)
+    new_run = next(iter(result.run_ids.values()))
+    store.set_tags(new_run, {schema.REPLAY_OF_TAG: spec.run.run_id, schema.REPLAY_OF_TRIAL_TAG: spec.run.name})
+    if result.parent_run_id:
+        store.set_tags(result.parent_run_id, {schema.REPLAY_OF_TAG: spec.run.run_id})
+    metrics = sorted(spec.run.metrics)
+    comparisons = replaying.compare_histories(
+        store.histories([spec.run.run_id], metrics), store.histories([new_run], metrics), steps=spec.steps
+    )
+    store.log_dict(new_run, replaying.to_record(comparisons), schema.REPLAY_COMPARISON_ARTIFACT)
+    assert result.parent_run_id is not None  # a run id exists, so its parent does
+    differences = replaying.provenance_differences(spec.parent.tags, store.run(result.parent_run_id).tags)
+    replayed = ReplayResult(spec.run.run_id, new_run, comparisons, differences, result)
+    print(f"\nReplay of {spec.run.name} (run {spec.run.run_id}) as run {new_run}:", file=out)
+    print(replaying.comparison_table(comparisons), file=out)
+    if differences:
+        print("Recorded provenance that differs (original -> replay):", file=out)
+        for key, old, new in differences:
+            print(f"  {key}: {old} -> {new}", file=out)
+    else:
+        print("Recorded provenance: the same (package versions, hardware, deterministic mode, file hash).", file=out)
+    verdict = "identical" if replayed.identical else "DIFFERENT"
+    print(f"Metric histories: {verdict} over {spec.steps} step(s).", file=out, flush=True)
+    return replayed

@@ -1,0 +1,94 @@
+"""What the Python API hands back."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from tunetrain import _space
+from tunetrain.errors import ExperimentError
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What a sweep did: its trials, the best one, where it is recorded.
+
+    ``status`` is ``"ok"`` (a trial completed or was stopped early by the scheduler),
+    ``"all_failed"``, ``"bad_input"`` (the sweep stopped itself: ``error`` says why) or
+    ``"dry_run"`` (nothing ran).
+    """
+
+    name: str
+    status: Literal["ok", "all_failed", "bad_input", "dry_run"]
+    metric: str
+    mode: str
+    tracking_uri: str
+    storage_path: str
+    trials: list[Any] = dataclasses.field(default_factory=list)  # tunetrain.records.TrialRecord
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    run_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # trial name -> MLflow run id
+    interrupted: bool = False
+    error: str | None = None
+    outcome: Any = None  # tunetrain.records.SweepOutcome (None for a dry run)
+    plan: Any = None  # tunetrain.engine.plan.SweepPlan
+
+    @property
+    def best_trial(self) -> Any:
+        """The trial with the best value of the metric (None when none reported one)."""
+        return self.outcome.best if self.outcome is not None else None
+
+    @property
+    def best_config(self) -> dict[str, Any] | None:
+        best = self.best_trial
+        return dict(best.config) if best is not None else None
+
+    @property
+    def best_metric(self) -> float | None:
+        best = self.best_trial
+        return best.best_value if best is not None else None
+
+    @property
+    def best_checkpoint(self) -> str | None:
+        """The best trial's best checkpoint folder, by the experiment's checkpoint policy."""
+        best = self.best_trial
+        if best is None or self.plan is None:
+            return None
+        policy = self.plan.experiment.checkpoint
+        kept = best.best_checkpoint(policy.score_attribute or self.metric, policy.score_order or self.mode)
+        return str(kept["path"]) if kept is not None else None
+
+    @property
+    def exit_status(self) -> int:
+        """The CLI's exit status: 0 ok (or dry run), 1 all trials failed, 2 bad input."""
+        return {"ok": 0, "dry_run": 0, "all_failed": 1, "bad_input": 2}[self.status]
+
+    def table(self) -> Any:
+        """One row per trial (pandas): from MLflow when the sweep was recorded (as
+        ``tunetrain show``), else from the sweep's own records."""
+        if self.parent_run_id is not None:
+            return self.analysis().trials()
+        import pandas as pd
+
+        rows = [
+            {
+                "trial": t.name,
+                "status": t.status,
+                "iterations": t.iterations,
+                f"best_{self.metric}": t.best_value,
+                **{f"config/{k}": v for k, v in _space.flatten(t.config).items()},
+            }
+            for t in self.trials
+        ]
+        return pd.DataFrame(rows)
+
+    def analysis(self) -> Any:
+        """The sweep as :class:`tunetrain.analysis.Sweep` reads it back from MLflow."""
+        if self.parent_run_id is None:
+            raise ExperimentError(
+                f"Sweep {self.name!r} has no MLflow record (recording was off, or it was a dry run).",
+                fix="Run it with the default recorder to analyse it from MLflow.",
+            )
+        from tunetrain.analysis import load_sweep
+
+        return load_sweep(self.parent_run_id, tracking_uri=self.tracking_uri)

@@ -1,0 +1,119 @@
+"""``tunetrain.smoke``: one tiny trial of the experiment on the target cluster (and a second
+from its checkpoint), then a verdict per check (see :mod:`tunetrain.smoke`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TextIO
+
+from tunetrain.api._execute import execute
+from tunetrain.api._result import SweepResult
+from tunetrain.api._sweep import resolve_experiment
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment
+
+
+@dataclasses.dataclass
+class SmokeResult:
+    """The smoke test's checks (``check.verdict``: PASS, FAIL or SKIP) and its sweep."""
+
+    checks: list[Any]  # tunetrain.smoke.Check
+    sweep: SweepResult
+
+    @property
+    def passed(self) -> bool:
+        """Every check passed or was skipped."""
+        return not any(check.verdict == "FAIL" for check in self.checks)
+
+
+def smoke(
+    experiment: Experiment | str | os.PathLike[str],
+    *,
+    steps: int = 5,
+    overrides: Mapping[str, Any] | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    address: str | None = None,
+    name: str | None = None,
+    stream: TextIO | None = None,
+    command: list[str] | None = None,
+    **fields: Any,
+) -> SmokeResult:
+    """Run one tiny trial of ``steps`` iterations (FIFO, random search, the experiment's smoke
+    values) and check: its resources schedule, the metric is reported, finite and improves,
+    a checkpoint saves and loads back (a second tiny trial starts from the latest), and the
+    start-up and step times (recorded, for ``sweep(..., dry_run=True)``'s estimate).
+    ``fields`` change the experiment as :func:`tunetrain.sweep`'s keywords do."""
+    from tunetrain import tracking
+    from tunetrain.api import smoke_checks as checks_of
+    from tunetrain.tracking import schema
+
+    out = stream or sys.stdout
+    if steps < 2:
+        raise ExperimentError(
+            f"--smoke-steps must be at least 2 (to see the metric improve), but got {steps}.",
+            fix="Pass --smoke-steps 5, or leave it out.",
+        )
+    exp = resolve_experiment(experiment, overrides=overrides, **fields)
+    tiny = checks_of.smoke_experiment(exp, steps=steps)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    common: dict[str, Any] = {
+        "tracking_uri": tracking_uri,
+        "storage": storage,
+        "address": address,
+        "command": command if command is not None else [f"tunetrain.smoke({exp.source_path or exp.name!r})"],
+        "report": False,
+        "stream": out,
+    }
+    try:
+        result = execute(tiny, name=name or f"{exp.name}-smoke-{stamp}", **common)
+    except ExperimentError as exc:
+        print(f"\nSmoke test of {exp.name}:\n  FAIL  resources or set-up: {exc}", file=out, flush=True)
+        raise
+    outcome = result.outcome
+    store = tracking.SweepStore(result.tracking_uri)
+    if outcome.parent_run_id:
+        store.set_tags(outcome.parent_run_id, {schema.SMOKE_TAG: "true"})
+    reported = sorted({key for t in outcome.trials for key in t.last})
+    history = store.histories(list(outcome.run_ids.values()), reported)
+    checks = [checks_of.resources_check(tiny)]
+    trial_checks, trial = checks_of.trial_checks(tiny, outcome, history)
+    checks += trial_checks
+    if trial is not None and trial.status != "failed" and not outcome.bad_input:
+        verdict = checks_of.checkpoint_check(exp, trial)
+        if verdict is None:
+            # The latest, as a resumed or restarted trial would (Tune keeps it whatever the policy).
+            latest = trial.checkpoints[-1]
+            print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=out, flush=True)
+            restored = execute(
+                checks_of.restore_experiment(tiny),
+                name=f"{exp.name}-smoke-restore-{stamp}",
+                initial_checkpoint=latest["path"],
+                **common,
+            ).outcome
+            if restored.parent_run_id:
+                store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})
+            verdict = checks_of.round_trip_check(latest, restored)
+        checks.append(verdict)
+        measured = checks_of.timings(trial, history)
+        checks.append(checks_of.timing_check(measured))
+        if measured is not None and outcome.parent_run_id:  # for the cost estimate of a dry run
+            store.set_tags(
+                outcome.parent_run_id,
+                {schema.SMOKE_STARTUP_TAG: f"{measured[0]:.6g}", schema.SMOKE_ITERATION_TAG: f"{measured[1]:.6g}"},
+            )
+    smoked = SmokeResult(checks=checks, sweep=result)
+    failed = [c for c in checks if c.verdict == "FAIL"]
+    print(f"\nSmoke test of {exp.name} ({steps} steps):", file=out)
+    for check in checks:
+        print(check.line(), file=out)
+    print(
+        f"Smoke: {'FAILED, ' + str(len(failed)) + ' check(s)' if failed else 'all checks passed'}.",
+        file=out,
+        flush=True,
+    )
+    return smoked

@@ -1,0 +1,238 @@
+"""``tunetrain.sweep`` and ``tunetrain.resume``: the experiment resolved from the call, the
+request saved for a resume, and the run handed to :mod:`tunetrain.api._execute`."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from tunetrain import _space
+from tunetrain.api._result import SweepResult
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment, load_experiment
+
+DEFAULT_STORAGE = "tunetrain_results"
+
+# Experiment fields a call (or a flag) may change, as sweep() names them.
+_FIELDS = (
+    "num_samples",
+    "scheduler",
+    "searcher",
+    "workers_per_trial",
+    "use_gpu",
+    "trial_runner",
+    "max_concurrent",
+    "max_failures",
+    "placement_strategy",
+    "seed",
+    "deterministic",
+)
+
+
+def resolve_experiment(
+    experiment: Experiment | str | os.PathLike[str],
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Experiment:
+    """The experiment (or the file's) with ``fields`` changed and ``overrides`` applied
+    (``{"optimizer.lr": 0.1}``: a fixed value, or a dimension pinned), validated again."""
+    exp = experiment if isinstance(experiment, Experiment) else load_experiment(os.fspath(experiment))
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}; the fields a sweep may change: {_FIELDS}")
+    changes = {key: value for key, value in fields.items() if value is not None}
+    if changes.get("scheduler", exp.scheduler) != exp.scheduler:
+        changes["scheduler_options"] = {}  # the file's options belong to its own scheduler
+    if changes.get("searcher", exp.searcher) != exp.searcher:
+        changes["searcher_options"] = {}
+    if overrides:
+        changes["space"], changes["defaults"] = _space.apply_overrides(exp.space, exp.defaults, dict(overrides))
+    return exp.replace(**changes) if changes else exp
+
+
+def sweep(
+    experiment: Experiment | str | os.PathLike[str],
+    *,
+    num_samples: int | None = None,
+    scheduler: str | None = None,
+    searcher: str | None = None,
+    workers_per_trial: int | tuple[int, int] | None = None,
+    use_gpu: bool | None = None,
+    trial_runner: Literal["auto", "in_process", "torch_trainer"] | None = None,
+    max_concurrent: int | None = None,
+    max_failures: int | None = None,
+    placement_strategy: str | None = None,
+    seed: int | None = None,
+    deterministic: bool | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    address: str | None = None,
+    name: str | None = None,
+    budget: str | None = None,
+    report: bool = True,
+    resume: bool = False,
+    dry_run: bool = False,
+    require_estimate: bool = False,
+    recorder: Callable[..., Any] | None = None,
+    stream: TextIO | None = None,
+    command: list[str] | None = None,
+) -> SweepResult:
+    """Run the experiment's sweep through Ray Tune, every trial recorded in MLflow.
+
+    ``experiment`` is an :class:`~tunetrain.Experiment` or the path of an experiment file;
+    the keywords change its fields for this sweep (``None``: the experiment's own), and
+    ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``).
+    ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
+    state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
+    Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that
+    would overrun it. ``resume=True`` continues sweep ``name`` (default: the experiment's
+    newest under ``storage``). ``dry_run`` prints the plan (and a cost estimate after a
+    smoke run) and starts nothing. ``recorder`` makes the recorder from
+    :class:`tunetrain.tracking.SweepRecorder`'s keywords
+    (:class:`tunetrain.tracking.NullRecorder`: recording off). Progress goes to ``stream``
+    (default stdout).
+    """
+    from tunetrain.budget import parse_budget
+    from tunetrain.engine import resumable as resuming
+
+    out = stream or sys.stdout
+    fields = {key: value for key, value in locals().items() if key in _FIELDS}
+    request = _request(experiment, fields, overrides, tracking_uri, address, budget, report)
+    exp = resolve_experiment(experiment, overrides=overrides, **fields)
+    resumable = None
+    if resume:
+        storage_root = storage or DEFAULT_STORAGE
+        name = name or resuming.latest_sweep(storage_root, exp.name)
+        if name is None:
+            raise ExperimentError(
+                f"--resume: no sweep of experiment {exp.name!r} under {storage_root!r}.",
+                fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
+            )
+        resumable = resuming.load(storage_root, name)
+        if resumable.ended_as:
+            print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=out)
+            return SweepResult(
+                name=name,
+                status="ok",
+                metric=exp.primary_metric,
+                mode=exp.primary_mode,
+                tracking_uri=tracking_uri or "",
+                storage_path=str(Path(storage_root, name)),
+            )
+        if exp.seed is None:  # the seed drawn when the sweep started
+            exp = exp.replace(seed=resumable.root_seed)
+    from tunetrain.api._execute import execute
+
+    return execute(
+        exp,
+        budget=parse_budget(budget) if budget else None,
+        tracking_uri=tracking_uri,
+        storage=storage,
+        address=address,
+        name=name,
+        resume=resumable,
+        command=command if command is not None else _python_call("sweep", experiment, request),
+        request=request,
+        dry_run=dry_run or require_estimate,
+        require_estimate=require_estimate,
+        report=report,
+        recorder=recorder,
+        stream=out,
+    )
+
+
+def resume(
+    sweep_name: str,
+    *,
+    storage: str = DEFAULT_STORAGE,
+    num_samples: int | None = None,
+    stream: TextIO | None = None,
+    command: list[str] | None = None,
+) -> SweepResult:
+    """Continue sweep ``sweep_name`` (its folder under ``storage``) after a crash or Ctrl+C,
+    from the plan it saved when it started: ended trials stay ended, the others go on from
+    their checkpoints, every trial in its own MLflow run. ``num_samples`` may grow it."""
+    from tunetrain.engine import resumable as resuming
+
+    header = resuming.load(storage, sweep_name).journal.header
+    request = header.get("request")
+    if not isinstance(request, dict):
+        raise ExperimentError(
+            f"Sweep {sweep_name!r} was started by an older tunetrain and saved only its command line "
+            f"({header.get('command', 'none')!r}), not its plan.",
+            fix=f"Resume it from the command line: tunetrain resume {sweep_name} --storage {storage}",
+        )
+    fields = {key: ast.literal_eval(text) for key, text in request.get("fields", {}).items()}
+    if num_samples is not None:
+        fields["num_samples"] = num_samples
+    overrides = {key: ast.literal_eval(text) for key, text in request.get("overrides", {}).items()}
+    return sweep(
+        _experiment_path(str(request["experiment"]), str(header.get("cwd") or "")),
+        **fields,
+        overrides=overrides,
+        tracking_uri=request.get("tracking_uri") or header.get("tracking_uri"),
+        storage=storage,
+        address=request.get("address"),
+        name=sweep_name,
+        budget=request.get("budget"),
+        report=bool(request.get("report", True)),
+        resume=True,
+        stream=stream,
+        command=command,
+    )
+
+
+def _request(
+    experiment: Any,
+    fields: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None,
+    tracking_uri: str | None,
+    address: str | None,
+    budget: str | None,
+    report: bool,
+) -> dict[str, Any] | None:
+    """The sweep's request as the journal keeps it, for :func:`resume` (values as Python
+    literals, so that tuples and floats come back as they were); None for an Experiment
+    object that no file defines (it cannot be rebuilt from the journal)."""
+    path = os.fspath(experiment) if not isinstance(experiment, Experiment) else experiment.source_path
+    if not path:
+        return None
+    return {
+        "experiment": str(Path(path).resolve()),
+        "fields": {key: repr(value) for key, value in fields.items() if value is not None},
+        "overrides": {key: repr(value) for key, value in (overrides or {}).items()},
+        "tracking_uri": tracking_uri,
+        "address": address,
+        "budget": budget,
+        "report": report,
+    }
+
+
+def _experiment_path(path: str, cwd: str) -> str:
+    """A recorded experiment path, from the folder the sweep started in when relative."""
+    if cwd and not Path(path).is_absolute() and not Path(path).exists():
+        return os.path.join(cwd, path)
+    return path
+
+
+def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | None) -> list[str]:
+    """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
+    target = request["experiment"] if request else getattr(experiment, "name", "?")
+    arguments = [repr(target)]
+    if request:
+        arguments += [f"{k}={v}" for k, v in request["fields"].items()]
+        if request["overrides"]:
+            arguments.append("overrides={" + ", ".join(f"{k!r}: {v}" for k, v in request["overrides"].items()) + "}")
+    return [f"tunetrain.{function}({', '.join(arguments)})"]
+
+
+def default_name(experiment: Experiment, kind: str = "") -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{experiment.name}-{kind + '-' if kind else ''}{stamp}"

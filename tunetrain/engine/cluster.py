@@ -1,0 +1,97 @@
+"""Connecting to Ray: an embedded one on this machine, or a cluster (the run layer's first step).
+
+Ray's own output goes to log files, not to the console."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import ray
+
+from tunetrain import _internals
+
+# Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
+# short trials (measured on 2 CPUs: 0.5 s -> ~9.5 s from trial start to first report of a
+# 2-worker trial, 0.2 s -> ~8.5 s, 0.1 s -> ~8 s with more polling load). Users can still
+# set their own value in the environment.
+_RAY_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+
+
+def local_nodes() -> list[dict[str, float]]:
+    """The one node an embedded Ray would have on this machine."""
+    import torch
+
+    node = {"CPU": float(os.cpu_count() or 1)}
+    if torch.cuda.is_available():
+        node["GPU"] = float(torch.cuda.device_count())
+    return [node]
+
+
+def connect(address: str | None, *, log_dir: Path) -> str:
+    """Start an embedded Ray (address None) or connect to a cluster; returns Ray's log folder.
+
+    Ray's own worker output goes to its log files, not to the console.
+    """
+    env = {key: os.environ.get(key, value) for key, value in _RAY_ENV_DEFAULTS.items()}
+    os.environ.update(env)
+    # tunetrain checks that the metric is reported itself (once, with a clear message).
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Tune's newer console output prints a banner even at verbose=0; the classic one is silent.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune saves the sweep's state (trials, searcher) every 10 s or more by default; a driver
+    # killed in between resumes from an older state and redoes that much work (the journal
+    # keeps the record right either way, see docs/fault_tolerance.md). Once a second bounds
+    # both the redone work and the cost of saving (a few ms for a hundred trials).
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
+    if address is not None:
+        use_cluster_token()
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": env},
+        )
+    _route_ray_logging(log_dir / "ray_driver.log")  # ray.init puts its console handler back
+    _internals.route_raylet_messages(logging.getLogger("ray.raylet_messages"))
+    return _internals.ray_logs_dir()
+
+
+def use_cluster_token() -> None:
+    """Send the cluster's authentication token when connecting to a running cluster.
+
+    ``ray start`` (Ray 2.60) turns token authentication on and keeps the token in
+    ``~/.ray/auth_token``; ``ray.init(address=...)`` sends it only when ``RAY_AUTH_MODE=token``
+    is set, and otherwise fails after a minute with "Authentication token is missing".
+    So with a token at hand (that file or ``RAY_AUTH_TOKEN``) and no mode chosen, token
+    mode is chosen, as ``ray start`` itself does.
+    """
+    has_token = "RAY_AUTH_TOKEN" in os.environ or (Path.home() / ".ray" / "auth_token").exists()
+    # Turned on in this process (Ray's config is cached), else for child processes only.
+    if "RAY_AUTH_MODE" not in os.environ and has_token and not _internals.enable_ray_token_auth():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _route_ray_logging(path: Path) -> None:
+    """Send Ray's Python loggers (and warnings) to a file instead of the console."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.captureWarnings(True)
+    for name in ("ray", "py.warnings"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+            if isinstance(old, logging.FileHandler):
+                old.close()
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    return [
+        {key: float(value) for key, value in node["Resources"].items()} for node in ray.nodes() if node.get("Alive")
+    ]

@@ -1,0 +1,267 @@
+"""Planning a sweep: the experiment checked against the cluster (fit, concurrency, seeds,
+scheduler and searcher options) and resolved into a :class:`SweepPlan`, before anything runs;
+and what the plan says on the sweep's parent run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tunetrain import _space, provenance
+from tunetrain.algorithms import (
+    asha_rungs,
+    build_scheduler,
+    build_searcher,
+    check_pairing,
+    searcher_owns_space,
+)
+from tunetrain.budget import Budget
+from tunetrain.engine.policy import budget_gate
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment, file_sha256
+from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
+from tunetrain.seeding import draw_root_seed
+from tunetrain.tracking import JOURNAL_NAME, schema
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A sweep resolved and checked against the cluster, before anything runs."""
+
+    experiment: Experiment
+    sweep_name: str
+    sweep_id: str
+    root_seed: int
+    tracking_uri: str
+    storage_path: str
+    address: str | None
+    max_concurrent: int
+    nodes: list[dict[str, float]]
+    command: str
+    # A replay: the recorded seeds of trials 0, 1, ... (else derived from root_seed).
+    trial_seeds: tuple[int, ...] = ()
+    # A smoke run's round trip: every trial starts from this checkpoint folder.
+    initial_checkpoint: str | None = None
+    budget: Budget | None = None  # --budget: stop launching trials that would overrun it
+    resume: bool = False  # continue the sweep of this name from its Tune state and journal
+    # What the sweep was asked (experiment file, changed fields, overrides, where): saved in
+    # its journal, from which tunetrain.resume() rebuilds it. None: not rebuildable.
+    request: dict[str, Any] | None = None
+
+    @property
+    def sweep_dir(self) -> str:
+        """Where Tune keeps the sweep's state and trials (and tunetrain its journal)."""
+        return f"{self.storage_path}/{self.sweep_name}"
+
+    @property
+    def journal_path(self) -> Path:
+        """The sweep's tracking journal: in the sweep folder on local storage, else under
+        ./tunetrain_journals (the driver writes it, so it needs a local disk)."""
+        if "://" in self.storage_path:
+            return Path("tunetrain_journals") / self.sweep_name / JOURNAL_NAME
+        return Path(self.sweep_dir) / JOURNAL_NAME
+
+    @property
+    def param_space(self) -> dict[str, Any]:
+        """Tune's param_space: defaults and space; only their constants when the searcher
+        holds the space itself (Optuna with a conditional space)."""
+        space = self.experiment.space
+        if searcher_owns_space(self.experiment):
+            space = _space.constants(space)
+        return _space.merge(self.experiment.defaults, space)
+
+
+def plan_sweep(
+    experiment: Experiment,
+    *,
+    nodes: list[dict[str, float]],
+    tracking_uri: str,
+    storage_path: str,
+    address: str | None,
+    sweep_name: str | None = None,
+    argv: list[str] | str | None = None,
+    request: dict[str, Any] | None = None,
+    trial_seeds: tuple[int, ...] = (),
+    initial_checkpoint: str | None = None,
+    budget: Budget | None = None,
+) -> SweepPlan:
+    """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
+    worker = experiment.worker_resources
+    if experiment.use_gpu and not any(node.get("GPU", 0) > 0 for node in nodes):
+        raise ExperimentError(
+            f"use_gpu=True, but the cluster has no GPU (nodes: {'; '.join(describe_resources(n) for n in nodes)}).",
+            fix="Drop --use-gpu / use_gpu=True, or connect to a cluster with GPUs via --address.",
+        )
+    check_fit(
+        num_workers=experiment.min_workers,  # an elastic trial starts with its minimum
+        worker=worker,
+        strategy=experiment.placement_strategy,
+        nodes=nodes,
+    )
+    fits = max_concurrent_trials(
+        num_workers=experiment.min_workers,
+        worker=worker,
+        strategy=experiment.placement_strategy,
+        nodes=nodes,
+    )
+    max_concurrent = min(experiment.max_concurrent or fits, experiment.total_trials)  # grid points included
+    free = _space.free_dimensions(experiment.space)
+    searcher = experiment.searcher
+    if not free and searcher in ("optuna", "hyperopt"):
+        # Every dimension is pinned: there is nothing for a model-based searcher to learn.
+        searcher = "random"
+    check_pairing(experiment.replace(searcher=searcher))
+    root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
+    # Build the scheduler, searcher and budget gate once now, so that bad options fail before
+    # anything starts.
+    build_scheduler(experiment)
+    budget_gate(experiment, budget)
+    build_searcher(experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent)
+    name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return SweepPlan(
+        experiment=experiment.replace(searcher=searcher, seed=root_seed),
+        sweep_name=name,
+        sweep_id=uuid.uuid4().hex[:12],
+        root_seed=root_seed,
+        tracking_uri=tracking_uri,
+        storage_path=str(Path(storage_path).resolve()) if "://" not in storage_path else storage_path,
+        address=address,
+        max_concurrent=max_concurrent,
+        nodes=nodes,
+        command=argv if isinstance(argv, str) else shlex.join(argv if argv is not None else sys.argv),
+        request=request,
+        trial_seeds=tuple(trial_seeds),
+        initial_checkpoint=initial_checkpoint,
+        budget=budget,
+    )
+
+
+def train_storage(plan: SweepPlan) -> str:
+    """Where Ray Train keeps its own runs of a sweep's multi-worker trials."""
+    return f"{plan.sweep_dir}/train"
+
+
+def describe_plan(plan: SweepPlan) -> str:
+    """The --dry-run text: everything the sweep would do, nothing started."""
+    exp = plan.experiment
+    lines = [f"Sweep {plan.sweep_name} of experiment {exp.name!r} ({exp.source_path})"]
+    lines.append("Search space:")
+    for key, value in _space.iter_leaves(exp.space):
+        lines.append(f"  {key} = {_space.describe(value)}")
+    lines.append("Fixed values:")
+    for key, value in _space.iter_leaves(exp.defaults):
+        lines.append(f"  {key} = {value!r}")
+    stop = exp.stop
+    lines += [
+        "Metric: "
+        + ", ".join(f"{metric} ({mode})" for metric, mode in exp.objectives)
+        + (" (the scheduler and the best trial use the first)" if exp.multi_objective else ""),
+        f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
+        f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
+        f"Trials: {_trials_text(exp)}, at most {plan.max_concurrent} at once",
+        f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
+        f"time_budget_s={stop.time_budget_s}",
+        f"Per trial: {_workers_text(exp)} worker(s) x ({describe_resources(exp.worker_resources)}), "
+        f"placement {exp.placement_strategy}, " + ("in process (reused)" if exp.in_process else "a TorchTrainer each"),
+        f"Cluster: {plan.address or 'embedded local Ray'}; "
+        + "; ".join(describe_resources(node) for node in plan.nodes),
+        f"Root seed: {plan.root_seed}",
+        "Budget: " + (f"{plan.budget.text} (no new trial once the next would overrun it)" if plan.budget else "none"),
+        f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
+        f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
+        f"MLflow: {plan.tracking_uri} (experiment {exp.name!r})",
+        f"Trial storage: {plan.storage_path}/{plan.sweep_name}",
+    ]
+    return "\n".join(lines)
+
+
+def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
+    exp = plan.experiment
+    params: dict[str, Any] = {
+        schema.SPACE_PARAM_PREFIX + k: _space.describe(v) for k, v in _space.iter_leaves(exp.space)
+    }
+    params.update({schema.DEFAULT_PARAM_PREFIX + k: v for k, v in _space.iter_leaves(exp.defaults)})
+    cpus = sum(node.get("CPU", 0.0) for node in plan.nodes)
+    gpus = sum(node.get("GPU", 0.0) for node in plan.nodes)
+    tags: dict[str, Any] = {
+        schema.SWEEP_ID_TAG: plan.sweep_id,
+        schema.SWEEP_NAME_TAG: plan.sweep_name,
+        schema.EXPERIMENT_FILE_TAG: exp.source_path or "",
+        schema.EXPERIMENT_SHA256_TAG: file_sha256(exp.source_path) if exp.source_path else "",
+        schema.SCHEDULER_TAG: exp.scheduler,
+        schema.SEARCHER_TAG: exp.searcher,
+        schema.METRIC_TAG: exp.primary_metric,
+        schema.MODE_TAG: exp.primary_mode,
+        # Every objective, so that readers (tunetrain.analysis) know them even if the sweep dies.
+        schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
+        schema.NUM_SAMPLES_TAG: exp.num_samples,
+        schema.ROOT_SEED_TAG: plan.root_seed,
+        schema.DETERMINISTIC_TAG: str(exp.deterministic).lower(),
+        schema.BUDGET_TAG: plan.budget.text if plan.budget else "none",
+        **trial_shape(exp),
+        schema.MAX_CONCURRENT_TAG: plan.max_concurrent,
+        schema.STORAGE_PATH_TAG: f"{plan.storage_path}/{plan.sweep_name}",
+        schema.COMMAND_TAG: plan.command,
+        schema.ADDRESS_TAG: plan.address or "embedded",
+        schema.HARDWARE_PREFIX + "nodes": len(plan.nodes),
+        schema.HARDWARE_PREFIX + "cpus": f"{cpus:g}",
+        schema.HARDWARE_PREFIX + "gpus": f"{gpus:g}",
+        schema.HARDWARE_PREFIX + "cpu_model": provenance.cpu_model(),
+        schema.HARDWARE_PREFIX + "driver_cpu_count": os.cpu_count() or 0,
+        schema.HARDWARE_PREFIX + "gpu_names": ", ".join(provenance.gpu_names()) or "none",
+        schema.HARDWARE_PREFIX + "gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
+        schema.HARDWARE_PREFIX + "cuda": provenance.cuda_version() or "none",
+    }
+    if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
+        tags[schema.ASHA_RUNGS_TAG], tags[schema.ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
+    tags.update({schema.VERSION_PREFIX + name: version for name, version in provenance.package_versions().items()})
+    if exp.source_path:
+        tags.update({schema.GIT_TAG_PREFIX + k: v for k, v in provenance.git_state(exp.source_path).items()})
+    return params, tags
+
+
+def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's provenance tags that every trial's run carries too (file hash, git state,
+    command, deterministic mode, package versions, hardware)."""
+    return {
+        k: v for k, v in sweep_tags.items() if k in schema.PROVENANCE_TAGS or k.startswith(schema.ENVIRONMENT_PREFIXES)
+    }
+
+
+def trial_shape(experiment: Experiment) -> dict[str, str]:
+    """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
+    sweeps of the same shape."""
+    return {
+        schema.WORKERS_PER_TRIAL_TAG: _workers_text(experiment),
+        schema.TRIAL_RUNNER_TAG: "in_process" if experiment.in_process else "torch_trainer",
+    }
+
+
+def _trials_text(experiment: Experiment) -> str:
+    """The sweep's trial count as the plan prints it: ``8``, or ``6 (3 samples x 2 grid points)``."""
+    total = experiment.total_trials
+    if total == experiment.num_samples:
+        return str(total)
+    return f"{total} ({experiment.num_samples} sample(s) x {total // experiment.num_samples} grid points)"
+
+
+def _workers_text(experiment: Experiment) -> str:
+    """Workers per trial as recorded: ``2``, or ``1-4`` for an elastic range."""
+    low, high = experiment.min_workers, experiment.max_workers
+    return f"{low}-{high}" if experiment.elastic else str(low)
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """For the embedded sqlite store, keep artifacts beside the database file."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///") :])
+        return (db.parent / "mlartifacts").resolve().as_uri()
+    return None

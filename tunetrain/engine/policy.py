@@ -1,0 +1,135 @@
+"""Every decision about a trial that tunetrain (not the scheduler) takes, in one place: the
+stop rule, a metric never reported (bad input: the sweep stops), a diverged objective, the
+budget that refuses new trials, and the status a trial ends with."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ray import tune
+from ray.train.constants import CHECKPOINT_DIR_NAME
+from ray.tune.result import AUTO_RESULT_KEYS
+
+from tunetrain import _internals
+from tunetrain.budget import Budget, BudgetGate
+from tunetrain.experiment import Experiment
+from tunetrain.records import TrialRecord, TrialStatus
+
+# Keys Tune adds to every result; everything else in a result is the user's metric.
+_BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
+    "done",
+    "trial_id",
+    "experiment_tag",
+    "should_checkpoint",
+    "experiment_id",
+    CHECKPOINT_DIR_NAME,
+}
+
+
+def user_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric metrics a train loop reported, without Tune's bookkeeping keys."""
+    return {
+        key: float(value)
+        for key, value in result.items()
+        if key not in _BOOKKEEPING and isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def budget_gate(experiment: Experiment, budget: Budget | None) -> BudgetGate | None:
+    """The gate that stops launching trials at ``budget`` (None without one); raises
+    ExperimentError when the budget cannot apply (GPU-hours for trials without a GPU)."""
+    if budget is None:
+        return None
+    worker = experiment.worker_resources
+    return BudgetGate(
+        budget,
+        cpus_per_trial=experiment.max_workers * worker.get("CPU", 0.0),
+        gpus_per_trial=experiment.max_workers * worker.get("GPU", 0.0),
+    )
+
+
+class SweepStopper(tune.Stopper):
+    """The experiment's stop rule, plus the checks tunetrain adds to every result: every
+    objective metric must be reported (else the whole sweep stops: bad input), and a
+    non-finite value of one ends the trial as diverged."""
+
+    def __init__(self, experiment: Experiment) -> None:
+        self.metrics = [metric for metric, _ in experiment.objectives]
+        self.max_iterations = experiment.stop.max_iterations
+        self.max_seconds = experiment.stop.max_trial_seconds
+        self.diverged: set[str] = set()
+        self.bad_input: str | None = None  # why the sweep was stopped as bad input
+        self.bad_input_fix = ""
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        missing = [metric for metric in self.metrics if metric not in result]
+        if missing:
+            if self.bad_input is None:
+                reported = sorted(user_metrics(result)) or ["(none)"]
+                self.refuse(
+                    f"The experiment's metric {missing[0]!r} was never reported; the train loop "
+                    f"reported: {', '.join(reported)}.",
+                    fix=f"Report the metric named by the experiment (ray.train.report({{{missing[0]!r}: ...}})) "
+                    "or change Experiment.metric.",
+                )
+            return True
+        values = [result[metric] for metric in self.metrics]
+        if any(isinstance(value, int | float) and not math.isfinite(value) for value in values):
+            self.diverged.add(trial_id)
+            return True
+        if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
+            return True
+        return self.max_seconds is not None and result.get("time_total_s", 0.0) >= self.max_seconds
+
+    def refuse(self, message: str, *, fix: str) -> None:
+        """Stop the whole sweep as bad input (exit 2): ``message`` says why, ``fix`` how to fix it."""
+        if self.bad_input is None:
+            self.bad_input, self.bad_input_fix = message, fix
+
+    def stop_all(self) -> bool:
+        return self.bad_input is not None
+
+
+def refuse_over_budget(gate: BudgetGate) -> Callable[[Any], None]:
+    """The launch policy under ``--budget`` (the scheduler asks it with Tune's controller
+    before pending trials start): when the next trial would overrun the budget, the trials
+    that never ran are stopped before they start and the searcher suggests no more (trials
+    resumed after a pause started before and go on)."""
+
+    def before_launch(controller: Any) -> None:
+        fresh = [t for t in controller.get_trials() if t.status == "PENDING" and not gate.has_started(t.trial_id)]
+        if fresh and not gate.allows_launch():
+            controller.search_alg.set_finished()  # no more suggestions
+            for trial in fresh:
+                _internals.stop_before_start(controller, trial)
+                gate.refused += 1
+
+    return before_launch
+
+
+def end_status(
+    record: TrialRecord,
+    *,
+    stopper: SweepStopper,
+    early_stopped: Mapping[str, int],
+    oom: bool,
+    max_iterations: int | None,
+    metric: str,
+) -> tuple[TrialStatus, str | None]:
+    """The status (and error) of a trial Tune reports complete: out of memory, diverged,
+    failed or interrupted when the sweep stopped as bad input (failed: it never reported
+    the metric), stopped early by the scheduler (unless it ran its whole budget: HyperBand
+    stops the survivors of a finished bracket at the last iteration), else completed."""
+    if oom:
+        return "oom", None
+    if record.trial_id in stopper.diverged:
+        return "diverged", None
+    if stopper.bad_input is not None:
+        failed = metric not in record.last
+        return ("failed", stopper.bad_input) if failed else ("interrupted", None)
+    ran_full_budget = max_iterations is not None and record.iterations >= max_iterations
+    if record.trial_id in early_stopped and not ran_full_budget:
+        return "stopped_early", None
+    return "completed", None

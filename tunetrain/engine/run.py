@@ -1,0 +1,347 @@
+"""Running a planned sweep through Ray Tune to the end (or Ctrl+C), and closing its record
+whatever happens; resuming one from its journal and Tune's saved state."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter
+
+from tunetrain import _internals, _space, provenance
+from tunetrain.algorithms import (
+    build_scheduler,
+    build_searcher,
+    searcher_live_limit,
+)
+from tunetrain.console import LiveView
+from tunetrain.engine.callback import SweepCallback
+from tunetrain.engine.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
+from tunetrain.engine.policy import SweepStopper, budget_gate, refuse_over_budget
+from tunetrain.experiment import Experiment
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front
+from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
+from tunetrain.trial import (
+    DRIVER_RESOURCES,
+    TrialNamer,
+    TrialSpec,
+    remove_train_copies,
+    run_trial,
+    run_trial_in_process,
+    trial_dirname,
+)
+
+
+def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) -> dict[str, TrialRecord]:
+    """The trials a sweep's journal recorded, as the sweep's callback had them (by Tune trial
+    id): config, seed, steps, best value, checkpoints, restarts, status. What the journal
+    holds is what the callback saw, so a resumed sweep goes on from exactly there."""
+    records: dict[str, TrialRecord] = {}
+    by_name: dict[str, TrialRecord] = {}
+    score = experiment.checkpoint.score_attribute or experiment.primary_metric
+    for entry in entries:
+        op, name = entry["op"], str(entry.get("trial"))
+        if op == "start_trial":
+            tags = entry["tags"]
+            record = TrialRecord(
+                name=name,
+                index=int(tags[schema.TRIAL_INDEX_TAG]),
+                trial_id=str(tags[schema.TRIAL_ID_TAG]),
+                # The journal keeps the values themselves (the seed is a tunetrain.* param).
+                config=_space.unflatten(
+                    {k: v for k, v in entry["params"].items() if not k.startswith(schema.TAG_PREFIX)}
+                ),
+                seed=int(tags[schema.SEED_TAG]),
+                start_time=float(entry["start_time"]),
+                running_since=float(entry["start_time"]),
+            )
+            records[record.trial_id] = by_name[name] = record
+            continue
+        found = by_name.get(name)
+        if found is None:  # a record of the sweep's parent run
+            continue
+        record = found
+        # The same TrialRecord methods as the callback's, on what the callback journaled.
+        if op == "metrics" and entry["step"] > 0:  # step 0: PBT's mutable values
+            metrics = {k: float(v) for k, v in entry["metrics"].items()}
+            record.reported(int(entry["step"]), metrics, metric=experiment.primary_metric, mode=experiment.primary_mode)
+        elif op == "tags":
+            tags = entry["tags"]
+            if schema.CHECKPOINT_LATEST_TAG in tags:
+                record.checkpointed(tags[schema.CHECKPOINT_LATEST_TAG], score=score)
+            if schema.RESTART_REASON_TAG in tags:
+                record.restarts.append(str(tags[schema.RESTART_REASON_TAG]))
+        elif op == "reopen_trial":
+            record.reopened(float(entry.get("time", record.start_time)))
+        elif op == "end_trial":
+            record.ended(entry["status"], float(entry["end_time"]), entry.get("error"))
+    return records
+
+
+def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecord]) -> list[str]:
+    """Before Tune restores a sweep: each unfinished trial whose latest checkpoint, as Tune's
+    saved state names it, is gone goes on from the newest checkpoint the journal recorded
+    that still exists (else from the start). Returns a line per trial changed.
+
+    Tune deletes a trial's older checkpoints as newer ones arrive, but saves its state at
+    most once a second: a sweep killed in between leaves a state naming a deleted checkpoint
+    (see :func:`tunetrain._internals.retarget_tune_checkpoints`, which rewrites it).
+    """
+    if "://" in sweep_dir:  # a cloud store: left to Tune
+        return []
+
+    def choose(trial_id: str, missing: str) -> tuple[str, int] | None:
+        record = journaled.get(trial_id)
+        if record is None or (record.status in ENDED and record.status != "interrupted"):
+            raise LookupError(trial_id)  # finished: Tune will not run it again
+        kept = [c for c in record.checkpoints if os.path.isdir(c["path"])]
+        if not kept:
+            return None
+        newest = max(kept, key=lambda c: int(c["step"]))
+        return str(newest["path"]), int(newest["step"])
+
+    lines = []
+    for trial_id, missing, choice in _internals.retarget_tune_checkpoints(sweep_dir, choose):
+        name, gone = journaled[trial_id].name, os.path.basename(missing)
+        if choice is None:
+            lines.append(f"{name}: Tune's saved state names {gone}, which is gone; it starts again.")
+        else:
+            lines.append(
+                f"{name}: Tune's saved state names {gone}, which its retention had deleted; "
+                f"it goes on from {os.path.basename(choice[0])} (step {choice[1]})."
+            )
+    return lines
+
+
+def run_sweep(
+    plan: SweepPlan,
+    *,
+    stream: TextIO,
+    log_dir: Path,
+    recorder: Callable[..., Recorder] = SweepRecorder,
+    view: Callable[..., LiveView] = LiveView,
+) -> SweepOutcome:
+    """Run the planned sweep to the end (or to Ctrl+C) and record it; Ray must be connected.
+
+    ``recorder`` makes the sweep's recorder from :class:`SweepRecorder`'s keywords
+    (:class:`tunetrain.tracking.NullRecorder`: recording off); ``view`` makes its console
+    view from :class:`LiveView`'s.
+    """
+    exp = plan.experiment
+    journaled: dict[str, TrialRecord] = {}
+    resumes = 0
+    if plan.resume:  # the trials as the sweep recorded them before it stopped
+        state = Journal.read(plan.journal_path)
+        journaled = records_from_journal(state.entries, exp)
+        resumes = sum(1 for entry in state.entries if entry["op"] == "resume_sweep") + 1
+    sweep_recorder = recorder(
+        tracking_uri=plan.tracking_uri,
+        experiment_name=exp.name,
+        artifact_location=_artifact_location(plan.tracking_uri),
+        error_stream=stream,
+        journal=plan.journal_path,
+        header={
+            "sweep_name": plan.sweep_name,
+            "sweep_id": plan.sweep_id,
+            "command": plan.command,
+            "cwd": os.getcwd(),
+            "request": plan.request,
+        },
+    )
+    params, tags = sweep_tags(plan)
+    if plan.resume:
+        parent_run_id = sweep_recorder.resume_sweep(
+            tags={
+                schema.RESUMES_TAG: resumes,
+                f"{schema.RESUME_COMMAND_PREFIX}{resumes}": plan.command,
+                schema.NUM_SAMPLES_TAG: exp.num_samples,
+            }
+        )
+    else:
+        parent_run_id = sweep_recorder.start_sweep(
+            run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id
+        )
+        if exp.source_path:
+            sweep_recorder.log_sweep_artifact(exp.source_path)
+            diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""
+            if diff:  # the uncommitted changes the sweep ran with
+                sweep_recorder.log_sweep_text(diff, schema.GIT_DIFF_ARTIFACT)
+
+    interrupted = False
+    crashed = False
+    gate = None
+    stopper = SweepStopper(exp)
+    live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.total_trials, stream=stream)
+    callback: SweepCallback | None = None
+    # From here on the parent run exists: whatever is raised, the finally closes it.
+    try:
+        scheduler = build_scheduler(exp)
+        gate = budget_gate(exp, plan.budget)
+        if gate is not None:
+            scheduler.before_launch = refuse_over_budget(gate)
+        live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
+        searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
+        callback = SweepCallback(
+            plan=plan,
+            recorder=sweep_recorder,
+            view=live,
+            stopper=stopper,
+            scheduler=scheduler,
+            provenance=trial_provenance(tags),
+            budget_gate=gate,
+            records=journaled,
+        )
+        spec = TrialSpec(
+            train_loop=exp.train_loop,
+            num_workers=exp.workers_per_trial,
+            use_gpu=exp.use_gpu,
+            resources_per_worker=exp.worker_resources,
+            placement_strategy=exp.placement_strategy,
+            root_seed=plan.root_seed,
+            storage_path=train_storage(plan),
+            trial_seeds=plan.trial_seeds,
+            deterministic=exp.deterministic,
+            initial_checkpoint=plan.initial_checkpoint,
+            objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
+            # A multi-worker trial restarts its workers through Ray Train (same Train run);
+            # an in-process trial is restarted by Tune (below).
+            max_failures=0 if exp.in_process else exp.max_failures,
+            # Trials that ended before a crash, which Tune's last saved state still had running.
+            finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
+        )
+        if exp.in_process:
+            # The trial itself trains: it holds the worker's resources, and Tune reuses its
+            # process for the next trial (no start-up per trial).
+            trainable = tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
+        else:
+            trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
+        limited = exp.searcher not in ("random", "grid")
+        search_alg: Any = searcher
+        if plan.resume and limited:
+            search_alg = _internals.resumed_search(
+                ConcurrencyLimiter(searcher, max_concurrent=live_limit),  # type: ignore[arg-type]  # a Searcher here
+                exp.num_samples,
+            )
+        tune_config = tune.TuneConfig(
+            # metric and mode are the scheduler's and the searcher's own (the searcher may
+            # search on several metrics, the scheduler decides on the first).
+            scheduler=scheduler,
+            search_alg=search_alg,
+            num_samples=exp.num_samples,
+            max_concurrent_trials=live_limit if limited and not plan.resume else None,
+            time_budget_s=exp.stop.time_budget_s,
+            trial_name_creator=TrialNamer(first),
+            trial_dirname_creator=trial_dirname,
+            reuse_actors=exp.in_process,
+        )
+        run_config = tune.RunConfig(
+            name=plan.sweep_name,
+            storage_path=plan.storage_path,
+            stop=stopper,
+            callbacks=[callback],
+            failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
+            # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
+            # under PBT all of them: a recipient may restore any donor's at any time.
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
+                checkpoint_score_attribute=callback.score_attribute,
+                checkpoint_score_order=callback.score_order,
+            ),
+            verbose=0,
+        )
+        if plan.resume:
+            for line in point_at_kept_checkpoints(plan.sweep_dir, journaled):
+                print(line, file=stream, flush=True)
+            # This run's scheduler, stopper and callbacks (the recorder, the live view, the
+            # journaled trials) take the place of those Tune pickled when the sweep started.
+            tuner = _internals.restore_tuner(
+                plan.sweep_dir, trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config
+            )
+        else:
+            tuner = tune.Tuner(trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config)
+        tuner.fit()
+    except KeyboardInterrupt:
+        interrupted = True
+    except BaseException:
+        crashed = True
+        raise
+    finally:
+        # Whatever happened, nothing stays RUNNING: close every trial and the sweep.
+        if callback is not None:
+            interrupted = callback.end_unfinished() or interrupted
+        records = sorted(callback.records.values(), key=lambda r: r.index) if callback else []
+        live.update(records, force=True)
+        live.close()
+        outcome = SweepOutcome(
+            sweep_name=plan.sweep_name,
+            sweep_id=plan.sweep_id,
+            metric=exp.primary_metric,
+            mode=exp.primary_mode,
+            trials=records,
+            experiment_id=sweep_recorder.experiment_id,
+            parent_run_id=parent_run_id,
+            tracking_uri=plan.tracking_uri,
+            run_ids={},
+            bad_input=stopper.bad_input,
+            bad_input_fix=stopper.bad_input_fix,
+            interrupted=interrupted and stopper.bad_input is None,
+            log_path=str(log_dir),
+            storage_path=f"{plan.storage_path}/{plan.sweep_name}",
+            stop_reason=gate.reason if gate is not None and gate.refused else "",
+        )
+        pareto_tags: dict[str, Any] = {}
+        if outcome.stop_reason:
+            pareto_tags[schema.STOP_REASON_TAG] = outcome.stop_reason
+        # Every Train run has ended: none of Train's own checkpoint copies is needed.
+        remove_train_copies(plan.sweep_dir, "train")
+        if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
+            outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
+            pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
+            pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
+        if exp.multi_objective:
+            outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
+            outcome.pareto = pareto_front(records, outcome.objectives)
+            for record in outcome.pareto:
+                sweep_recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
+            sweep_recorder.flush()
+            pareto_tags = {
+                schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
+                schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
+                schema.PARETO_RUN_IDS_TAG: ",".join(sweep_recorder.run_id(r.name) or "" for r in outcome.pareto),
+            }
+        best = outcome.best
+        sweep_recorder.end_sweep(
+            status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
+            best_metrics={schema.BEST_METRIC_PREFIX + exp.primary_metric: best.best_value}
+            if best and best.best_value is not None
+            else {},
+            tags={
+                **pareto_tags,
+                schema.TRIALS_TAG: len(records),
+                # Every status, 0 included: a resumed sweep's counts replace the last session's.
+                **{schema.TRIALS_STATUS_PREFIX + s: outcome.count(s) for s in ENDED},
+            },
+            best_trial=best.name if best else None,
+            best_config=best.config if best else None,
+            step=resumes,
+        )
+        sweep_recorder.flush()
+        outcome.run_ids = {r.name: rid for r in records if (rid := sweep_recorder.run_id(r.name))}
+        sweep_recorder.close()
+        if sweep_recorder.unsent:
+            print(
+                f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at {plan.tracking_uri}; "
+                f"they are kept in {plan.journal_path}.\n  Write them when it is back: tunetrain sync "
+                f"{plan.sweep_name} --storage {plan.storage_path}",
+                file=stream,
+            )
+        if sweep_recorder.error_count:
+            print(
+                f"tunetrain: {sweep_recorder.error_count} MLflow tracking error(s); "
+                f"the first: {sweep_recorder.first_error}",
+                file=stream,
+            )
+    return outcome
