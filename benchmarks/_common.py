@@ -15,7 +15,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,29 +90,18 @@ def _run_in_process(
         ray.shutdown()
 
 
-def tunetrain_sweep(*argv: str) -> tuple[float, str]:
-    """Run ``tunetrain sweep ARGV`` in this process; returns (seconds the sweep ran, its output)."""
-    from tunetrain import cli, tuner
+def tunetrain_sweep(experiment: str, **options: Any) -> tuple[float, str]:
+    """Run ``tunetrain.sweep(experiment, **options)`` in this process (the public API);
+    returns (seconds the sweep ran, not Ray's start-up; its console output)."""
+    import tunetrain
 
-    original = tuner.run_sweep
-    seconds: list[float] = []
-
-    def timed(*a: Any, **k: Any) -> Any:  # times the sweep alone, not Ray's start-up
-        start = time.perf_counter()
-        try:
-            return original(*a, **k)
-        finally:
-            seconds.append(time.perf_counter() - start)
-
-    tuner.run_sweep = timed
-    try:
-        out = io.StringIO()
-        status = cli.main(["sweep", *argv], stream=out)
-    finally:
-        tuner.run_sweep = original
-    if status != 0:
-        raise RuntimeError(f"tunetrain sweep {' '.join(argv)} exited {status}:\n{out.getvalue()[-3000:]}")
-    return seconds[0], out.getvalue()
+    out = io.StringIO()
+    result = tunetrain.sweep(experiment, stream=out, **options)
+    if result.status != "ok":
+        raise RuntimeError(
+            f"tunetrain.sweep({experiment!r}, {options}) ended {result.status}:\n{out.getvalue()[-3000:]}"
+        )
+    return result.outcome.sweep_s, out.getvalue()
 
 
 def child_runs(experiment: str, tracking_uri: str | None = None) -> list[Any]:

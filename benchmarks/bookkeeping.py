@@ -22,7 +22,8 @@ import _common as c
 def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     seconds, _ = c.tunetrain_sweep(
         str(c.EXPERIMENTS / "busy.py"),
-        *("--num-samples", str(params["trials"]), "--set", "iterations=1", "--set", f"compute_s={params['seconds']}"),
+        num_samples=params["trials"],
+        overrides={"iterations": 1, "compute_s": params["seconds"]},
     )
     runs = c.child_runs("bench_busy")
     assert len(runs) == params["trials"], "every trial has its MLflow run"

@@ -25,7 +25,7 @@ WARMUP = 3
 def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     c.tunetrain_sweep(
         str(c.EXPERIMENTS / "ddp_mlp.py"),
-        *("--set", f"blocks={params['blocks']}", "--set", f"block={params['block']}", "--set", "lr=0.01"),
+        overrides={"blocks": params["blocks"], "block": params["block"], "lr": 0.01},
     )
     (run,) = c.child_runs("bench_ddp")
     times = [m.value for m in c.metric_history(run.info.run_id, "iter_s")]

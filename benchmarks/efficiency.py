@@ -24,9 +24,11 @@ import _common as c
 def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     seconds, _ = c.tunetrain_sweep(
         str(c.EXPERIMENTS / "busy.py"),
-        *("--scheduler", "asha", "--num-samples", str(params["trials"]), "--seed", str(params["seed"])),
-        *("--workers-per-trial", str(params["workers"])),
-        *("--set", f"iterations={params['iterations']}", "--set", f"compute_s={params['compute_s']}"),
+        scheduler="asha",
+        num_samples=params["trials"],
+        seed=params["seed"],
+        workers_per_trial=params["workers"],
+        overrides={"iterations": params["iterations"], "compute_s": params["compute_s"]},
     )
     compute = sum(m.value for run in c.child_runs("bench_busy") for m in c.metric_history(run.info.run_id, "compute_s"))
     return {"compute": compute * params["workers"], "wall": seconds}

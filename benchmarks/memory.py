@@ -61,7 +61,8 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     sampler = RssSampler()
     c.tunetrain_sweep(
         str(c.EXPERIMENTS / "busy.py"),
-        *("--num-samples", str(params["trials"]), "--set", "iterations=1", "--set", "compute_s=0.02"),
+        num_samples=params["trials"],
+        overrides={"iterations": 1, "compute_s": 0.02},
     )
     samples = sampler.stop()
     ends = [run.info.end_time / 1000 for run in c.child_runs("bench_busy")]

@@ -38,9 +38,9 @@ def _sweep_points(name: str) -> list[tuple[int, float]]:
 def seed_arm(params: dict[str, Any]) -> dict[str, Any]:
     seed, trials = params["seed"], params["trials"]
     file = str(c.EXPERIMENTS / "digits_loss.py")
-    common = ("--seed", str(seed), "--set", f"epochs={params['epochs']}")
-    c.tunetrain_sweep(file, "--scheduler", "fifo", "--num-samples", str(trials), "--name", "fifo", *common)
-    c.tunetrain_sweep(file, "--scheduler", "asha", "--num-samples", str(2 * trials), "--name", "asha", *common)
+    common: dict[str, Any] = {"seed": seed, "overrides": {"epochs": params["epochs"]}}
+    c.tunetrain_sweep(file, scheduler="fifo", num_samples=trials, name="fifo", **common)
+    c.tunetrain_sweep(file, scheduler="asha", num_samples=2 * trials, name="asha", **common)
     fifo = _sweep_points("fifo")
     target = min(value for _, value in fifo)
     asha = _sweep_points("asha")

@@ -23,8 +23,10 @@ import _common as c
 def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     c.tunetrain_sweep(
         str(c.EXPERIMENTS / "busy.py"),
-        *("--num-samples", str(params["trials"]), "--max-concurrent", "1"),
-        *("--workers-per-trial", str(params["workers"]), "--set", "iterations=2", "--set", "compute_s=0.2"),
+        num_samples=params["trials"],
+        max_concurrent=1,
+        workers_per_trial=params["workers"],
+        overrides={"iterations": 2, "compute_s": 0.2},
     )
     startups = []
     for run in c.child_runs("bench_busy"):

@@ -22,27 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c
 
 
-class _NullRecorder:
-    """Stands in for tunetrain's SweepRecorder with recording off: every call does nothing."""
-
-    experiment_id = None
-    error_count = 0
-    first_error = None
-    unsent = 0
-
-    def __init__(self, **kwargs: Any) -> None:
-        pass
-
-    def start_sweep(self, **kwargs: Any) -> str:
-        return "off"
-
-    def run_id(self, trial: str) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
 def _count_store_calls() -> dict[str, int]:
     """Count calls to the sqlite tracking store's public methods made in this process (from
     now on: a smoke run's arms share one process, and each counts its own)."""
@@ -69,34 +48,31 @@ def _count_store_calls() -> dict[str, int]:
     return counts
 
 
-def _sweep_args(params: dict[str, Any]) -> list[str]:
-    return [
-        str(c.EXPERIMENTS / "busy.py"),
-        *("--num-samples", "2", "--set", f"iterations={params['results']}", "--set", "compute_s=0.01"),
-    ]
+def _sweep_args(params: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "experiment": str(c.EXPERIMENTS / "busy.py"),
+        "num_samples": 2,
+        "overrides": {"iterations": params["results"], "compute_s": 0.01},
+    }
 
 
 def on_off_arm(params: dict[str, Any]) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    from tunetrain import tuner
+    from tunetrain.tracking import NullRecorder
 
     # The store exists before the sweep, as when a user runs sweep after sweep: creating a
     # sqlite store (its schema migrations) is a one-off cost of a few seconds.
     MlflowClient(f"sqlite:///{Path.cwd() / 'mlflow.db'}").search_experiments()
-    recorder = tuner.SweepRecorder
-    if not params["tracking"]:
-        tuner.SweepRecorder = _NullRecorder  # type: ignore[misc,assignment]
-    try:
-        seconds, _ = c.tunetrain_sweep(*_sweep_args(params))
-    finally:
-        tuner.SweepRecorder = recorder  # type: ignore[misc]
+    # Recording off: the sweep's recorder is the one that drops every call.
+    off: dict[str, Any] = {} if params["tracking"] else {"recorder": NullRecorder}
+    seconds, _ = c.tunetrain_sweep(**_sweep_args(params), **off)
     return {"wall": seconds}
 
 
 def calls_tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     counts = _count_store_calls()
-    c.tunetrain_sweep(*_sweep_args(params))
+    c.tunetrain_sweep(**_sweep_args(params))
     return {"calls": sum(counts.values()), "by_method": counts}
 
 

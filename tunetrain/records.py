@@ -131,6 +131,8 @@ class SweepOutcome:
     # Checkpoints the sweep keeps on disk (local storage): how many, and their bytes.
     checkpoints_kept: int = 0
     checkpoint_bytes: int = 0
+    # Seconds the sweep ran, from its record's start to its close (Ray's start not included).
+    sweep_s: float = 0.0
 
     @property
     def best(self) -> TrialRecord | None:

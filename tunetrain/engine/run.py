@@ -4,6 +4,7 @@ whatever happens; resuming one from its journal and Tune's saved state."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -130,6 +131,7 @@ def run_sweep(
     (:class:`tunetrain.tracking.NullRecorder`: recording off); ``view`` makes its console
     view from :class:`LiveView`'s.
     """
+    started = time.perf_counter()
     exp = plan.experiment
     journaled: dict[str, TrialRecord] = {}
     resumes = 0
@@ -331,6 +333,7 @@ def run_sweep(
         sweep_recorder.flush()
         outcome.run_ids = {r.name: rid for r in records if (rid := sweep_recorder.run_id(r.name))}
         sweep_recorder.close()
+        outcome.sweep_s = time.perf_counter() - started
         if sweep_recorder.unsent:
             print(
                 f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at {plan.tracking_uri}; "

@@ -1,0 +1,52 @@
+"""Schedulers and searchers by name, built from Ray Tune's own classes (part of the tuner layer).
+
+The searcher proposes configs, the scheduler decides which trials go on: tunetrain only
+picks the class, derives defaults from the experiment and passes the user's options on.
+The subclasses below add bookkeeping only (which trials a scheduler stopped, which PBT
+exploits happened), never a decision of their own.
+"""
+
+from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_pairing
+from tunetrain.algorithms._recording import (
+    RecordingASHA,
+    RecordingFIFO,
+    RecordingHyperBand,
+    RecordingMedian,
+    RecordingPBT,
+)
+from tunetrain.algorithms._schedulers import (
+    DEFAULT_MAX_T,
+    asha_rungs,
+    budget_warning,
+    build_scheduler,
+    pbt_mutations,
+)
+from tunetrain.algorithms._searchers import (
+    DefineByRunOptunaSearch,
+    build_searcher,
+    hyperopt_space,
+    optuna_define_by_run,
+    searcher_live_limit,
+    searcher_owns_space,
+)
+
+__all__ = [
+    "DEFAULT_MAX_T",
+    "OPTUNA_SAMPLERS",
+    "DefineByRunOptunaSearch",
+    "RecordingASHA",
+    "RecordingFIFO",
+    "RecordingHyperBand",
+    "RecordingMedian",
+    "RecordingPBT",
+    "asha_rungs",
+    "budget_warning",
+    "build_scheduler",
+    "build_searcher",
+    "check_pairing",
+    "hyperopt_space",
+    "optuna_define_by_run",
+    "pbt_mutations",
+    "searcher_live_limit",
+    "searcher_owns_space",
+]

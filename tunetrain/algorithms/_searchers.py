@@ -1,0 +1,190 @@
+"""Searchers by name: Ray Tune's wrappers of Optuna and HyperOpt, random and grid."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ray.tune.schedulers import (
+    HyperBandScheduler,
+)
+from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
+from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
+
+from tunetrain import _space
+from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_options
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment
+
+
+def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
+    """How many started-but-unfinished trials the searcher may have out at once.
+
+    Tune's concurrency limit counts paused trials as live. Synchronous HyperBand pauses each
+    trial at its bracket's milestone until the whole bracket gets there, and puts new trials
+    in a new bracket only once the current one is full: with a limit below the bracket size
+    every trial lands in the first bracket (the one that never stops a trial) and HyperBand
+    silently becomes FIFO. So its searcher may have its largest bracket out at once; paused
+    trials hold no resources, and the cluster still bounds how many run.
+    """
+    if not isinstance(scheduler, HyperBandScheduler):
+        return max_concurrent
+    # Ray keeps the bracket sizes in private attributes; the formula is HyperBand's own
+    # (n0 = ceil(s_max_1 / (s + 1) * eta ** s) for brackets with r0 = max_t * eta ** -s >= 1).
+    sizes = [scheduler._get_n0(s) for s in range(scheduler._s_max_1) if scheduler._get_r0(s) > 0]
+    return max([max_concurrent, *sizes])
+
+
+def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) -> tuple[SearchAlgorithm | Searcher, int]:
+    """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
+
+    Every searcher is seeded from the sweep's root seed, so the same seed suggests the same
+    sequence again.
+    """
+    options = dict(experiment.searcher_options)
+    name = experiment.searcher
+    if name in ("random", "grid"):
+        check_options("searcher", name, BasicVariantGenerator, options)
+        options.setdefault("random_state", seed)
+        return BasicVariantGenerator(max_concurrent=max_concurrent, **options), 0
+    metrics = [m for m, _ in experiment.objectives]
+    modes: list[str] = [m for _, m in experiment.objectives]
+    if name == "hyperopt":
+        from ray.tune.search.hyperopt import HyperOptSearch
+
+        check_options("searcher", name, HyperOptSearch, options)
+        options.setdefault("random_state_seed", seed)
+        if searcher_owns_space(experiment):
+            options["space"] = hyperopt_space(experiment.space)
+        return HyperOptSearch(metric=metrics[0], mode=modes[0], **options), 1
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
+    check_options("searcher", name, OptunaSearch, options)
+    sampler = options.pop("sampler", "nsga2" if experiment.multi_objective else "tpe")
+    if isinstance(sampler, str):
+        sampler = _optuna_sampler(sampler, seed=seed)
+    cls: type[OptunaSearch] = OptunaSearch
+    if searcher_owns_space(experiment):
+        # Ray's OptunaSearch converts flat spaces only; a conditional one becomes Optuna's own
+        # define-by-run function.
+        options["space"] = optuna_define_by_run(experiment.space)
+        cls = DefineByRunOptunaSearch
+    if experiment.multi_objective:
+        return cls(metric=metrics, mode=list(modes), sampler=sampler, **options), 1
+    return cls(metric=metrics[0], mode=modes[0], sampler=sampler, **options), 1
+
+
+def searcher_owns_space(experiment: Experiment) -> bool:
+    """Whether the searcher gets the search space itself (Tune's param_space then holds only
+    constants): Optuna or HyperOpt with a conditional space."""
+    return experiment.searcher in ("optuna", "hyperopt") and _space.has_conditional(experiment.space)
+
+
+def hyperopt_space(space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A HyperOpt space (nested ``hp.choice``) for a Ray Tune space with conditional choices.
+
+    Ray's own converter labels every branch of a choice with the same prefix, so branches
+    sharing a parameter name (``lr`` for both SGD and Adam) collide in HyperOpt
+    (DuplicateLabel); here each branch's labels carry its index. Everything else is Ray's
+    conversion."""
+    from hyperopt import hp
+    from ray.tune.search.hyperopt import HyperOptSearch
+
+    out: dict[str, Any] = {}
+    for key, value in space.items():
+        label = f"{prefix}/{key}" if prefix else key
+        if isinstance(value, Mapping):
+            out[key] = hyperopt_space(value, label)
+        elif isinstance(value, Categorical) and any(isinstance(c, Mapping) for c in value.categories):
+            branches = [
+                hyperopt_space(option, f"{label}/{i}") if isinstance(option, Mapping) else option
+                for i, option in enumerate(value.categories)
+            ]
+            out[key] = hp.choice(label, branches)
+        elif isinstance(value, Domain):
+            out[key] = HyperOptSearch.convert_search_space({key: value}, prefix=prefix)[key]
+        else:
+            out[key] = value
+    return out
+
+
+class DefineByRunOptunaSearch(OptunaSearch):
+    """Ray's OptunaSearch returns the define-by-run function's Optuna parameters (dotted
+    names here) beside the config it returns; only the config goes to the trial."""
+
+    def suggest(self, trial_id: str) -> Any:
+        config = super().suggest(trial_id)
+        if isinstance(config, dict):
+            return {key: value for key, value in config.items() if "." not in key}
+        return config
+
+
+def _optuna_sampler(name: str, *, seed: int) -> Any:
+    import optuna
+
+    samplers: dict[str, Callable[[], Any]] = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+    }
+    if name not in samplers:
+        raise ExperimentError(
+            f"Unknown Optuna sampler {name!r}; valid samplers are {', '.join(OPTUNA_SAMPLERS)}.",
+            fix='Use e.g. searcher_options={"sampler": "cmaes"}, or pass an optuna.samplers.BaseSampler.',
+        )
+    return samplers[name]()
+
+
+class optuna_define_by_run:  # used like a function; a class so that Tune can pickle it
+    """An Optuna define-by-run function for a Ray Tune space with conditional choices.
+
+    A ``tune.choice`` whose options are dicts is suggested as an index (Optuna parameter
+    ``<key>.choice``); the chosen dict's distributions are suggested only when it is chosen
+    (as ``<key>.<index>.<name>``, so that each branch has parameters of its own). Returns the
+    whole config, nested like the space.
+    """
+
+    def __init__(self, space: Mapping[str, Any]) -> None:
+        self.space = space
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        return self._suggest(trial, self.space, "")
+
+    def _suggest(self, trial: Any, node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                out[key] = self._suggest(trial, value, f"{name}.")
+            elif isinstance(value, Categorical) and any(isinstance(c, Mapping) for c in value.categories):
+                index = trial.suggest_categorical(f"{name}.choice", list(range(len(value.categories))))
+                chosen = value.categories[index]
+                out[key] = self._suggest(trial, chosen, f"{name}.{index}.") if isinstance(chosen, Mapping) else chosen
+            elif isinstance(value, Domain):
+                out[key] = _suggest_leaf(trial, name, value)
+            else:
+                out[key] = value
+        return out
+
+
+def _suggest_leaf(trial: Any, name: str, domain: Domain) -> Any:
+    sampler = domain.get_sampler()
+    quantum = sampler.q if isinstance(sampler, Quantized) else None
+    if isinstance(sampler, Quantized):
+        sampler = sampler.get_sampler()
+    log = isinstance(sampler, LogUniform)
+    if isinstance(domain, Float):
+        return trial.suggest_float(name, domain.lower, domain.upper, log=log, step=quantum)
+    if isinstance(domain, Integer):
+        # Tune's randint excludes its upper bound; Optuna's includes it.
+        return trial.suggest_int(name, domain.lower, domain.upper - 1, log=log, step=int(quantum or 1))
+    if isinstance(domain, Categorical):
+        return trial.suggest_categorical(name, list(domain.categories))
+    raise ExperimentError(
+        f"Search-space value {name!r} ({domain!r}) has no Optuna equivalent.",
+        fix="Use tune.uniform, tune.loguniform, tune.randint, tune.choice or their q-variants.",
+    )

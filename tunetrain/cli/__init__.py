@@ -1,0 +1,60 @@
+"""``tunetrain`` / ``python -m tunetrain``: each subcommand is a parser plus a command function.
+
+``main`` only dispatches. Commands return the exit status: 0 when any trial completed,
+1 when none did, 2 for bad input (a clear message, no traceback, nothing started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
+from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
+from tunetrain.cli._run import doctor_parser, replay_parser, resume_parser, sweep_parser, sync_parser
+from tunetrain.errors import ExperimentError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tunetrain",
+        description="Hyperparameter sweeps of PyTorch training on Ray Tune + Ray Train, recorded in MLflow.",
+    )
+    subparsers = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    sweep_parser(subparsers)
+    for add in (
+        resume_parser,
+        sync_parser,
+        doctor_parser,
+        list_parser,
+        show_parser,
+        best_parser,
+        report_parser,
+        ui_parser,
+        replay_parser,
+    ):
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    out = stream or sys.stdout
+    try:
+        status: int = args.command(args, stream=out)
+    except ExperimentError as exc:
+        print(f"tunetrain: error: {exc}", file=sys.stderr if stream is None else out, flush=True)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        # A second Ctrl+C while the first one's clean-up runs: stop now. Every record is in
+        # the sweep's journal; `tunetrain resume` or `tunetrain sync` writes what is missing.
+        print("\ntunetrain: interrupted again; exiting now (tunetrain resume / sync finish the record).", file=out)
+        return 130
+    return status
+
+
+__all__ = ["EXIT_ALL_FAILED", "EXIT_BAD_INPUT", "EXIT_OK", "build_parser", "main"]

@@ -1,0 +1,286 @@
+"""What both trial runners share: result keys, trial names and seeds, diverged and
+out-of-memory values, the worker's wrapper of the train loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray.train
+from ray import tune
+
+from tunetrain import _internals
+from tunetrain.context import TrialContext, _set_context
+from tunetrain.seeding import derive_seed, seed_everything
+
+# A trial driver that takes Tune's default 1 CPU starves its own Train workers on a small
+# machine (two trials on 2 CPUs deadlock), and Ray rejects {"CPU": 0}; a token memory
+# request gives the driver a resource bundle that costs nothing schedulable.
+DRIVER_RESOURCES: dict[str, float] = {"memory": 1}
+
+# Result keys the trial driver adds for the sweep's callback (lists and dicts, so never
+# taken for metrics): worker failures the trial restarted from since its last report, and
+# the original values of objectives that were not finite (the scheduler and the searcher
+# see the worst value instead, see :func:`worst_for_diverged`).
+RESTARTS_KEY = "tunetrain.restarts"
+DIVERGED_KEY = "tunetrain.diverged"
+# Where the trial's workers run: per rank, the node (IP, id) and the device (see
+# :func:`this_node`), sent with the first report and again when it changes (a restart, an
+# elastic resize).
+NODES_KEY = "tunetrain.nodes"
+# A single-worker trial that ran out of memory reports this (its error and peak memory) with
+# the worst value of each objective, and ends; the sweep records it as "oom".
+OOM_KEY = "tunetrain.oom"
+# The line a multi-worker trial's error carries when a worker ran out of memory.
+OOM_MARK = "tunetrain: out of memory"
+
+
+def this_node() -> dict[str, Any]:
+    """This worker's Ray node (IP address, node id) and device: type, name and memory (GiB)."""
+    import torch
+
+    from tunetrain import provenance
+
+    context = ray.get_runtime_context()
+    node = {"ip": ray.util.get_node_ip_address(), "node_id": context.get_node_id()}
+    gpus = context.get_accelerator_ids().get("GPU") or []
+    if gpus and torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        properties = torch.cuda.get_device_properties(index)
+        return {
+            **node,
+            "device": f"cuda:{index}",
+            "device_name": properties.name,
+            "device_memory_gib": round(properties.total_memory / 2**30, 1),
+        }
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {**node, "device": "cpu", "device_name": provenance.cpu_model(), "device_memory_gib": round(memory, 1)}
+
+
+_NAME = "trial_{:04d}"
+_NAME_PATTERN = re.compile(r"^trial_(\d+)$")
+
+
+def trial_name(index: int) -> str:
+    return _NAME.format(index)
+
+
+def trial_index(name: str) -> int:
+    """The index in a name made by :func:`trial_name`."""
+    match = _NAME_PATTERN.match(name)
+    if match is None:
+        raise ValueError(f"Not a tunetrain trial name: {name!r}.")
+    return int(match.group(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialNamer:
+    """Ray Tune ``trial_name_creator``: ``trial_0000``, ``trial_0001``, ... in creation order.
+
+    Tune's experiment tag starts with the searcher's trial counter, which counts from 0 or 1
+    depending on the search algorithm class; ``first`` says which.
+    """
+
+    first: int
+
+    def __call__(self, trial: Any) -> str:
+        return trial_name(int(str(trial.experiment_tag).split("_", 1)[0]) - self.first)
+
+
+def trial_dirname(trial: Any) -> str:
+    """Ray Tune ``trial_dirname_creator``: short and unique."""
+    return f"{trial.custom_trial_name}_{trial.trial_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """Everything a trial driver needs besides the config (shipped once via the object store)."""
+
+    train_loop: Callable[[dict[str, Any]], Any]
+    num_workers: int | tuple[int, int]  # a (min, max) range: an elastic trial
+    use_gpu: bool
+    resources_per_worker: dict[str, float]
+    placement_strategy: str
+    root_seed: int
+    storage_path: str
+    max_failures: int = 0
+    # Replay: the seeds of trials 0, 1, ... as recorded, instead of derived from root_seed.
+    trial_seeds: tuple[int, ...] = ()
+    deterministic: bool = False
+    # A smoke run's round trip: trials start from this checkpoint folder (unless Tune
+    # restored them from one of their own).
+    initial_checkpoint: str | None = None
+    # (metric, mode) of each objective: a non-finite value is reported as the worst one.
+    objectives: tuple[tuple[str, str], ...] = ()
+    # Resuming: trials the sweep recorded as ended, which Tune's last saved state (written
+    # a moment before) still had running; they end at once instead of running again.
+    finished: frozenset[str] = frozenset()
+
+    def start_checkpoint(self) -> Any:
+        restored = tune.get_checkpoint()
+        if restored is None and self.initial_checkpoint is not None:
+            return ray.train.Checkpoint.from_directory(self.initial_checkpoint)
+        return restored
+
+    def trial_seed(self, index: int) -> int:
+        return trial_seed(self.root_seed, index, self.trial_seeds)
+
+
+def trial_seed(root_seed: int, index: int, fixed: tuple[int, ...] = ()) -> int:
+    """Trial ``index``'s seed: derived from the root seed, or given (a replay)."""
+    return fixed[index] if index < len(fixed) else derive_seed(root_seed, index)
+
+
+def worst_for_diverged(metrics: dict[str, Any], objectives: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """``metrics`` with each non-finite objective replaced by its worst value (+inf to
+    minimise, -inf to maximise) and the original under :data:`DIVERGED_KEY`.
+
+    Ray Tune's searchers take NaN for a failed trial (Optuna marks it FAIL and learns
+    nothing from it) and ASHA's percentiles skip it; a diverged trial is a bad result, so
+    both see the worst value. The sweep records the value the loop reported.
+    """
+    diverged = {
+        metric: float(metrics[metric])
+        for metric, _ in objectives
+        if isinstance(metrics.get(metric), int | float) and not math.isfinite(metrics[metric])
+    }
+    if not diverged:
+        return metrics
+    worst = {metric: value for metric, value in worst_values(objectives).items() if metric in diverged}
+    return {**metrics, **worst, DIVERGED_KEY: diverged}
+
+
+def worst_values(objectives: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    """The worst value of each objective: +inf to minimise, -inf to maximise."""
+    return {metric: math.inf if mode == "min" else -math.inf for metric, mode in objectives}
+
+
+def make_deterministic() -> None:
+    """torch's deterministic algorithms and the settings they need (``--deterministic``)."""
+    import torch
+
+    # cuBLAS needs a fixed workspace for deterministic matrix products (read when CUDA starts).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
+class _StartFrom:
+    """A Train worker's utilities, except that ``get_checkpoint()`` gives ``checkpoint`` until
+    the run has a checkpoint of its own: how a new Train run starts from the Tune checkpoint
+    a trial was restored from (Train V2 dropped ``resume_from_checkpoint``)."""
+
+    def __init__(self, inner: Any, checkpoint: Any) -> None:
+        self._inner = inner
+        self._checkpoint = checkpoint
+
+    def get_checkpoint(self) -> Any:
+        return self._inner.get_checkpoint() or self._checkpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def worker_main(
+    train_loop: Callable[[dict[str, Any]], Any],
+    name: str,
+    index: int,
+    trial_seed: int,
+    start_checkpoint: Any = None,
+    deterministic: bool = False,
+    mailbox: Any = None,
+    objectives: tuple[tuple[str, str], ...] = (),
+) -> Callable[[dict[str, Any]], Any]:
+    """Wrap the user's train loop: seed this worker and set its context, then run it unchanged."""
+
+    def train_loop_per_worker(config: dict[str, Any]) -> Any:
+        if deterministic:
+            make_deterministic()
+        if start_checkpoint is not None:
+            _internals.set_train_fn_utils(_StartFrom(_internals.get_train_fn_utils(), start_checkpoint))
+        context = ray.train.get_context()
+        rank = context.get_world_rank()
+        if mailbox is not None:  # where this rank runs, for the trial's record
+            mailbox.note_node.remote(rank, context.get_world_size(), this_node())
+        worker_seed = derive_seed(trial_seed, rank)
+        seed_everything(worker_seed)
+        _set_context(
+            TrialContext(
+                trial_name=name,
+                trial_index=index,
+                trial_seed=trial_seed,
+                worker_seed=worker_seed,
+                rank=rank,
+                world_size=context.get_world_size(),
+            )
+        )
+        try:
+            return train_loop(config)
+        except Exception as exc:
+            if not _out_of_memory(exc):
+                raise
+            peak = _peak_memory_gib()
+            if context.get_world_size() == 1 and objectives:
+                # The scheduler and searcher see the worst value; the trial ends as "oom".
+                ray.train.report({**worst_values(objectives), OOM_KEY: _oom_record(exc, peak)})
+                return None
+            # With several workers the others wait in collectives for this one: the Train
+            # run fails, and the trial driver reports the worst value (see run_trial).
+            raise RuntimeError(f"{OOM_MARK} (peak allocated {peak} GiB): {headline(exc)}") from exc
+        finally:
+            _set_context(None)
+
+    return train_loop_per_worker
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception is torch's out-of-memory error (CUDA, or any other device)."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _peak_memory_gib() -> float | None:
+    """The most GPU memory this process allocated (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+
+
+def _oom_record(exc: BaseException, peak: float | None) -> dict[str, Any]:
+    """What the sweep records of an out-of-memory error (under :data:`OOM_KEY`)."""
+    return {"error": headline(exc), "peak_memory_gib": peak}
+
+
+def oom_in_error(text: str) -> dict[str, Any] | None:
+    """The out-of-memory record in the error of a Train run that failed because a worker ran
+    out of memory (the line :func:`worker_main` raised), else None."""
+    if OOM_MARK not in text:
+        return None
+    peak = re.search(r"peak allocated ([0-9.]+) GiB", text)
+    return {"error": headline(RuntimeError(text)), "peak_memory_gib": float(peak.group(1)) if peak else None}
+
+
+def headline(exc: BaseException) -> str:
+    """An exception's last line (for a worker's error: the user's exception, not Ray's wrapping)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def remove_train_copies(train_storage: str, run_glob: str) -> None:
+    """Delete the folders of Ray Train's own runs matching ``run_glob`` (``trial_0003-*``: every
+    Train run of a trial; or one run's name) under ``train_storage`` (local disk only)."""
+    if "://" in train_storage:
+        return
+    for folder in Path(train_storage).glob(run_glob):
+        shutil.rmtree(folder, ignore_errors=True)
