@@ -1,21 +1,28 @@
-"""notebooks/analyze_sweep.ipynb runs for real (nbclient, a fresh kernel) against a sweep this
-test session just ran; its outputs are not committed, so they cannot go stale."""
+"""The notebooks run for real (nbclient, a fresh kernel): notebooks/analyze_sweep.ipynb against a
+sweep this test session just ran, notebooks/python_api.ipynb running its own sweep through
+``tunetrain.sweep``; their outputs are not committed, so they cannot go stale. A kernel
+interrupt (the notebook's Ctrl+C) ends a sweep cleanly and the kernel lives on."""
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import REPO, AnalysedSweep
+from tests.conftest import ANALYSED, REPO, AnalysedSweep, write_experiment
 
 NOTEBOOK = REPO / "notebooks" / "analyze_sweep.ipynb"
+API_NOTEBOOK = REPO / "notebooks" / "python_api.ipynb"
 
 
-def test_committed_notebook_has_no_outputs() -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
+@pytest.mark.parametrize("path", [NOTEBOOK, API_NOTEBOOK], ids=lambda p: p.name)
+def test_committed_notebook_has_no_outputs(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
     # Stale outputs would show another sweep than the reader's.
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
 
@@ -39,3 +46,106 @@ def test_analysis_notebook_runs_and_draws_its_figures(
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     # It found the sweep's best config and checkpoint (the toy loop saves state.json).
     assert "checkpoint: " + os.fspath(analysed_sweep.storage) in text and "state.json" in text
+
+
+def _outputs(notebook: Any) -> tuple[str, list[Any]]:
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    return text, [o for o in outputs if "image/png" in o.get("data", {})]
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray  # the kernel starts its own Ray
+def test_python_api_notebook_runs_a_sweep_and_analyses_it(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_experiment(workdir, ANALYSED)
+    monkeypatch.setenv("TUNETRAIN_EXPERIMENT", str(path))
+    monkeypatch.setenv("TUNETRAIN_NUM_SAMPLES", "3")
+    notebook = nbformat.read(API_NOTEBOOK, as_version=4)
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute()
+    text, images = _outputs(notebook)
+    assert "ok finished" in text, text
+    assert "best config: {" in text and "best checkpoint: " + os.fspath(workdir / "tunetrain_results") in text, text
+    assert len(images) == 1  # the learning curves
+    from mlflow.tracking import MlflowClient
+
+    client_ = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    recorded = client_.get_experiment_by_name("analysed")
+    assert recorded is not None
+    runs = client_.search_runs([recorded.experiment_id])
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)  # parent + 3 trials
+
+
+SLOW = """
+import os
+import time
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(200):
+        if step == 2:  # the test interrupts the kernel once a trial is this far
+            open(os.path.join(os.environ["MARK_DIR"], "running"), "w").close()
+        time.sleep(0.05)
+        ray.train.report({"loss": config["x"] + 1 / (step + 1)})
+
+
+experiment = Experiment(
+    name="slow", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    num_samples=2, searcher="random", stop=StopRule(max_iterations=200), seed=3,
+)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray  # the kernel starts its own Ray
+def test_interrupting_the_kernel_ends_the_sweep_cleanly_and_the_kernel_lives_on(workdir: Path) -> None:
+    from jupyter_client.manager import start_new_kernel
+    from mlflow.tracking import MlflowClient
+
+    path = write_experiment(workdir, SLOW)
+    env = {**os.environ, "MARK_DIR": str(workdir)}
+    manager, kernel = start_new_kernel(kernel_name="python3", cwd=str(workdir), env=env)
+    try:
+        cell = kernel.execute(f"import tunetrain\nresult = tunetrain.sweep({str(path)!r}, report=False)")
+        deadline = time.monotonic() + 300
+        while not (workdir / "running").exists():  # polling the file a trial writes
+            assert time.monotonic() < deadline, "no trial reached step 2"
+            time.sleep(0.05)
+        manager.interrupt_kernel()  # the notebook's interrupt button: SIGINT to the kernel
+        reply = kernel.get_shell_msg(timeout=300)
+        while reply["parent_header"].get("msg_id") != cell:
+            reply = kernel.get_shell_msg(timeout=300)
+        assert reply["content"]["status"] == "ok", reply["content"]  # the cell ended, no traceback
+        text = ""
+        while True:
+            message = kernel.get_iopub_msg(timeout=60)
+            if message["parent_header"].get("msg_id") != cell:
+                continue
+            if message["msg_type"] == "stream":
+                text += message["content"]["text"]
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+        assert "Sweep slow-" in text and "interrupted" in text and "tunetrain resume" in text, text
+        # The kernel lives on, and the result says what happened.
+        printed: list[str] = []
+
+        def keep(message: dict[str, Any]) -> None:
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+
+        reply = kernel.execute_interactive("print(result.interrupted, result.name)", timeout=60, output_hook=keep)
+        assert reply["content"]["status"] == "ok" and "".join(printed).startswith("True slow-"), printed
+    finally:
+        manager.shutdown_kernel(now=True)
+        kernel.stop_channels()
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    recorded = client.get_experiment_by_name("slow")
+    assert recorded is not None
+    runs = client.search_runs([recorded.experiment_id])
+    assert runs and all(r.info.status != "RUNNING" for r in runs)  # nothing stays RUNNING
+    assert any(r.data.tags.get("tunetrain.status") == "interrupted" for r in runs)

@@ -1,0 +1,262 @@
+"""Each wrapper of tunetrain/_internals.py against the pinned Ray and MLflow: an upgrade that
+moves or changes one of their private APIs fails here first, in the test named after it."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunetrain import _internals
+
+
+@pytest.fixture()
+def ray_up(ray_cluster: None, tmp_path: Path) -> None:
+    """The session's embedded Ray, started as a sweep starts it."""
+    from tunetrain.engine.cluster import connect
+
+    connect(None, log_dir=tmp_path / "logs")
+
+
+def _checkpointing(config: dict[str, Any]) -> None:
+    """A Tune function that reports 3 steps, each with a checkpoint."""
+    import ray.train
+    from ray import tune
+
+    for step in range(3):
+        with tempfile.TemporaryDirectory() as folder:
+            Path(folder, "step.txt").write_text(str(step))
+            tune.report({"loss": 1.0 / (step + 1)}, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+def _tune_run(storage: Path, name: str = "seam", num_to_keep: int | None = None) -> Any:
+    from ray import tune
+
+    tuner = tune.Tuner(
+        _checkpointing,
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=num_to_keep),
+        ),
+    )
+    return tuner.fit()
+
+
+def test_ray_logs_dir_names_the_connected_sessions_log_folder(ray_up: None) -> None:
+    path = Path(_internals.ray_logs_dir())
+    assert path.name == "logs" and path.is_dir()
+    assert any(path.glob("raylet*")), sorted(p.name for p in path.iterdir())[:10]
+
+
+def test_enable_ray_token_auth_turns_token_mode_on_in_a_fresh_process(tmp_path: Path) -> None:
+    code = (
+        "import os; from tunetrain import _internals; "
+        "os.environ.pop('RAY_AUTH_MODE', None); "
+        "assert _internals.enable_ray_token_auth() is True; "
+        "print(os.environ.get('RAY_AUTH_MODE'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "token"
+
+
+def test_route_raylet_messages_sends_the_raylets_lines_to_the_logger_and_the_rest_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import inspect
+
+    from ray._private import worker
+
+    assert list(inspect.signature(worker.print_to_stdstream).parameters)[:2] == ["data", "ignore_prefix"]
+    passed_on: list[dict[str, Any]] = []
+    monkeypatch.setattr(worker, "print_to_stdstream", lambda data, ignore_prefix: passed_on.append(data))
+    stream = io.StringIO()
+    logger = logging.getLogger("tunetrain.test.raylet")
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.propagate = False
+    _internals.route_raylet_messages(logger)
+    wrapped = worker.print_to_stdstream
+    _internals.route_raylet_messages(logger)
+    assert worker.print_to_stdstream is wrapped  # wrapped once only
+    worker.print_to_stdstream({"pid": "raylet", "lines": ["2 PYTHON worker processes have been started"]}, False)
+    assert "2 PYTHON worker processes have been started" in stream.getvalue() and passed_on == []
+    worker.print_to_stdstream({"pid": 1234, "lines": ["a worker's own line"]}, True)
+    assert passed_on == [{"pid": 1234, "lines": ["a worker's own line"]}]
+
+
+def test_resumed_search_raises_the_restored_sample_count(ray_up: None) -> None:
+    from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    searcher = ConcurrencyLimiter(OptunaSearch(metric="loss", mode="min"), max_concurrent=1)
+    search = _internals.resumed_search(searcher, 10)
+    state = {"counter": 4, "total_samples": 4, "finished": True, "experiment": None}
+    search.set_state(state)
+    assert search._total_samples == 10 and search._finished is False
+    search.set_state({**state, "total_samples": 12})
+    assert search._total_samples == 12  # never lowered
+    assert not isinstance(search, BasicVariantGenerator)
+
+
+def test_stop_before_start_uses_tunes_trial_and_controller_methods() -> None:
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    assert callable(Trial.init_local_path) and callable(TuneController.stop_trial)
+    calls: list[str] = []
+
+    class FakeTrial:
+        def init_local_path(self) -> None:
+            calls.append("init_local_path")
+
+    class FakeController:
+        def stop_trial(self, trial: Any) -> None:
+            calls.append("stop_trial")
+
+    _internals.stop_before_start(FakeController(), FakeTrial())
+    assert calls == ["init_local_path", "stop_trial"]
+
+
+def test_records_exploits_hooks_pbts_private_exploit_and_reads_its_mutations() -> None:
+    import inspect
+
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    assert list(inspect.signature(PopulationBasedTraining._exploit).parameters) == [
+        "self",
+        "tune_controller",
+        "trial",
+        "trial_to_clone",
+    ]
+    seen: list[Any] = []
+
+    class Hooked(_internals.RecordsExploits, PopulationBasedTraining):
+        def exploited(self, trial: Any, donor: Any, old_config: dict[str, Any], before: Any) -> None:
+            seen.append((trial, donor, old_config))
+
+    pbt = Hooked(metric="loss", mode="min", hyperparam_mutations={"lr": tune.uniform(0, 1)})
+    assert set(pbt.mutated_space()) == {"lr"}
+
+
+def test_read_and_retarget_tune_checkpoints_in_tunes_saved_state(ray_up: None, tmp_path: Path) -> None:
+    _tune_run(tmp_path, num_to_keep=1)
+    sweep_dir = str(tmp_path / "seam")
+    found = _internals.read_tune_checkpoints(sweep_dir)
+    ((trial_id, latest),) = found.items()
+    assert latest is not None and os.path.isdir(latest) and latest.endswith("checkpoint_000002")
+    # Nothing missing: nothing changed.
+    assert _internals.retarget_tune_checkpoints(sweep_dir, lambda tid, path: None) == []
+    # The latest gone, the trial goes on from another folder (a copy here) at its step.
+    kept = tmp_path / "kept" / "checkpoint_000001"
+    kept.mkdir(parents=True)
+    Path(latest, "step.txt").rename(kept / "step.txt")
+    os.rmdir(latest)
+    changed = _internals.retarget_tune_checkpoints(sweep_dir, lambda tid, path: (str(kept), 2))
+    assert changed == [(trial_id, latest, (str(kept), 2))]
+    assert _internals.read_tune_checkpoints(sweep_dir) == {trial_id: str(kept)}
+    # Gone too: it starts again; a trial left alone (LookupError) is not changed.
+    os.rename(kept, tmp_path / "elsewhere")
+    assert _internals.retarget_tune_checkpoints(sweep_dir, lambda tid, path: (_ for _ in ()).throw(LookupError)) == []
+    assert _internals.retarget_tune_checkpoints(sweep_dir, lambda tid, path: None) == [(trial_id, str(kept), None)]
+    assert _internals.read_tune_checkpoints(sweep_dir) == {trial_id: None}
+
+
+def test_restore_tuner_takes_this_runs_tune_and_run_config(ray_up: None, tmp_path: Path) -> None:
+    from ray import tune
+
+    _tune_run(tmp_path, name="restorable")
+    tune_config = tune.TuneConfig(num_samples=1)
+    run_config = tune.RunConfig(name="restorable", storage_path=str(tmp_path), verbose=0)
+    tuner = _internals.restore_tuner(
+        str(tmp_path / "restorable"), _checkpointing, param_space={}, tune_config=tune_config, run_config=run_config
+    )
+    local = tuner._local_tuner
+    assert local._tune_config is tune_config and local._run_config is run_config
+
+
+def _in_process_probe(config: dict[str, Any]) -> None:
+    """A Tune function using the in-process runner's wrappers as run_trial_in_process does."""
+    import ray.train
+    from ray import tune
+
+    session = _internals.tune_session()
+    base = _internals.train_fn_utils_base()
+
+    class Bridge(base):  # type: ignore[misc,valid-type]
+        def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
+            session.report(metrics, checkpoint=checkpoint)
+
+    _internals.set_train_fn_utils(Bridge(experiment_name="probe"))
+    try:
+        assert isinstance(_internals.get_train_fn_utils(), Bridge)
+        with _internals.train_api_in_tune_function(session):
+            rank = ray.train.get_context().get_world_rank()
+            ray.train.report({"rank": rank, "loss": 0.5})
+        assert session.world_rank is None
+    finally:
+        _internals.set_train_fn_utils(None)
+    tune.report({"rank": -1, "loss": 0.4})
+
+
+def test_train_fn_utils_and_the_tune_session_run_ray_train_calls_in_a_tune_function(
+    ray_up: None, tmp_path: Path
+) -> None:
+    from ray import tune
+
+    results = tune.Tuner(
+        _in_process_probe, run_config=tune.RunConfig(name="probe", storage_path=str(tmp_path), verbose=0)
+    ).fit()
+    result = results[0]
+    assert result.error is None, result.error
+    frame = result.metrics_dataframe
+    assert frame is not None
+    ranks = list(frame["rank"])
+    assert ranks == [0, -1]
+
+
+def test_abort_train_run_calls_train_v2s_controller_abort_and_never_raises() -> None:
+    from ray.train.v2._internal.execution.controller import TrainController
+
+    assert callable(TrainController.abort)
+
+    class Broken:
+        class abort:
+            @staticmethod
+            def remote() -> Any:
+                raise RuntimeError("the controller is gone")
+
+    _internals.abort_train_run(Broken(), timeout_s=1)  # no exception
+
+
+def test_sql_metric_points_reads_what_mlflow_logged_and_steps_aside_for_other_stores(tmp_path: Path) -> None:
+    import math
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("seam")).info.run_id
+    for step, value in enumerate([0.5, math.nan, 0.25]):
+        client.log_metric(run_id, "loss", value, step=step, timestamp=1000 * (step + 1))
+    rows = _internals.sql_metric_points(client, [run_id], ["loss"])
+    assert rows is not None
+    got = sorted((step, value, ts) for _, key, step, value, ts in rows if key == "loss")
+    expected = sorted((m.step, m.value, m.timestamp / 1000) for m in client.get_metric_history(run_id, "loss"))
+    assert [(s, ts) for s, _, ts in got] == [(s, ts) for s, _, ts in expected]
+    assert got[0][1] == 0.5 and math.isnan(got[1][1]) and got[2][1] == 0.25
+
+    class NotSql:
+        class _tracking_client:
+            store = object()
+
+    assert _internals.sql_metric_points(NotSql(), [run_id], ["loss"]) is None
