@@ -8,7 +8,6 @@ storage) come from a small Ray task pinned to each node.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import socket
 import uuid
@@ -79,13 +78,14 @@ def connect(address: str | None) -> Check:
                 fix=f"Start the head node (`ray start --head --port {address.rpartition(':')[2]}`) "
                 "or pass the address `ray start --head` printed.",
             )
-    try:
-        if not ray.is_initialized():
-            if address is not None:
-                from tunetrain.engine.cluster import use_cluster_token
+    import tempfile
 
-                use_cluster_token()
-            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    from tunetrain.engine.cluster import connect as connect_ray
+
+    try:
+        # As a sweep connects (same settings and token handling); Ray's own log lines go to
+        # a file outside the working folder, which doctor leaves as it found it.
+        connect_ray(address, log_dir=Path(tempfile.gettempdir()) / "tunetrain-doctor")
     except Exception as exc:
         return Check(
             "cluster",
