@@ -22,7 +22,7 @@ import pandas as pd
 
 from tunetrain import _space
 from tunetrain.errors import ExperimentError
-from tunetrain.tracking import RunRecord, SweepStore, default_tracking_uri, schema
+from tunetrain.tracking import RunRecord, SweepStore, check_existing, resolve_tracking_uri, schema
 
 __all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
 
@@ -292,7 +292,11 @@ class Sweep:
 
 
 def _store(tracking_uri: str | None) -> SweepStore:
-    return SweepStore(tracking_uri or default_tracking_uri())
+    """The store ``tracking_uri`` names (None: ``MLFLOW_TRACKING_URI``, else ./mlflow.db),
+    which must exist: reading never creates one."""
+    found = resolve_tracking_uri(tracking_uri, flag="tracking_uri")
+    check_existing(found)
+    return SweepStore(found.uri)
 
 
 def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:

@@ -56,20 +56,12 @@ def node_facts(storage: str | None, probe: str) -> dict[str, Any]:
     return facts
 
 
-def _reachable(address: str) -> str | None:
-    """Why ``HOST:PORT`` does not accept connections (None when it does)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
-            return None
-    except (OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
 def connect(address: str | None) -> Check:
     """Connect to the cluster (an embedded Ray when ``address`` is None)."""
     if address and address not in ("auto", "local") and not address.startswith("ray://"):
-        why = _reachable(address)
+        from tunetrain.engine.cluster import unreachable
+
+        why = unreachable(address)
         if why is not None:
             return Check(
                 "cluster",

@@ -42,7 +42,13 @@ def execute(
     from tunetrain.engine import cluster, run
     from tunetrain.engine import plan as planning
 
-    tracking_uri = tracking_uri or tracking.default_tracking_uri()
+    # The store and the cluster, as MLflow's and Ray's tools find them (flag, then
+    # MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default); a server that does not
+    # answer is an error now, before anything starts.
+    store = tracking.resolve_tracking_uri(tracking_uri)
+    tracking.check_reachable(store)
+    tracking_uri = store.uri
+    address, address_source = cluster.resolve_address(address)
     storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
@@ -79,6 +85,8 @@ def execute(
 
     if (warning := budget_warning(plan.experiment)) is not None:
         print(f"tunetrain: warning: {warning}", file=stream, flush=True)
+    if experiment.preflight is not None:  # a dry run too: it says whether the sweep would start
+        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     if dry_run:
         _dry_run(plan, require_estimate=require_estimate, stream=stream)
         return SweepResult(
@@ -90,17 +98,20 @@ def execute(
             storage_path=plan.sweep_dir,
             plan=plan,
         )
-    if experiment.preflight is not None:
-        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     print(
         f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
-        f"metric {experiment.primary_metric} ({experiment.primary_mode}); tracking {tracking_uri}",
+        f"metric {experiment.primary_metric} ({experiment.primary_mode}); {store.line()}",
         file=stream,
         flush=True,
     )
     log_dir = Path(plan.sweep_dir) / "logs"
     ray_logs = cluster.connect(address, log_dir=log_dir)
-    print(f"Ray logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})", file=stream, flush=True)
+    print(
+        f"Ray: {address or 'embedded'} (from {address_source}); logs: {ray_logs} "
+        f"(driver log: {log_dir / 'ray_driver.log'})",
+        file=stream,
+        flush=True,
+    )
     outcome = run.run_sweep(
         plan,
         stream=stream,

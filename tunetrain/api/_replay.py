@@ -48,7 +48,9 @@ def replay(
     from tunetrain.tracking import schema
 
     out = stream or sys.stdout
-    uri = tracking_uri or tracking.default_tracking_uri()
+    found = tracking.resolve_tracking_uri(tracking_uri)
+    tracking.check_existing(found)  # the recorded trial must be somewhere
+    uri = found.uri
     store = tracking.SweepStore(uri)
     with tempfile.TemporaryDirectory(prefix="tunetrain-replay-") as folder:
         spec = replaying.prepare_replay(store, run_id, steps=steps, folder=Path(folder))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, TextIO
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -24,7 +25,12 @@ def _store_arguments(parser: argparse.ArgumentParser, *, sweep: bool = True) -> 
 def _tracking_uri(args: argparse.Namespace) -> str:
     from tunetrain import tracking
 
-    return str(args.tracking_uri or tracking.default_tracking_uri())
+    # Read commands never create a store: a missing one is bad input, said with where the
+    # sweeps of this folder go. Which store, and why, goes to stderr (stdout stays the answer).
+    found = tracking.resolve_tracking_uri(args.tracking_uri)
+    tracking.check_existing(found)
+    print(f"tunetrain: {found.line()}", file=sys.stderr)
+    return found.uri
 
 
 def _load(args: argparse.Namespace) -> Any:

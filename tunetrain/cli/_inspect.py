@@ -19,9 +19,10 @@ def list_parser(subparsers: Any) -> None:
 def list_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain.analysis import list_sweeps
 
-    sweeps = list_sweeps(experiment=args.experiment, tracking_uri=_tracking_uri(args))
+    uri = _tracking_uri(args)
+    sweeps = list_sweeps(experiment=args.experiment, tracking_uri=uri)
     if sweeps.empty:
-        print(f"No sweep recorded in {_tracking_uri(args)}.", file=stream)
+        print(f"No sweep recorded in {uri}.", file=stream)
         return EXIT_OK
     sweeps["start_time"] = sweeps["start_time"].dt.strftime("%Y-%m-%d %H:%M")
     _print_frame(

@@ -322,10 +322,11 @@ def doctor_parser(subparsers: Any) -> None:
 
 def doctor_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import doctor, tracking
+    from tunetrain.engine.cluster import resolve_address
 
     return doctor.run(
-        address=args.address,
-        tracking_uri=args.tracking_uri or tracking.default_tracking_uri(),
+        address=resolve_address(args.address)[0],
+        tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri).uri,
         storage=args.storage,
         storage_given=args.storage is not None,
         stream=stream,

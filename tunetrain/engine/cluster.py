@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 
 import ray
 
 from tunetrain import _internals
+from tunetrain.errors import ExperimentError
 
 # Train V2 reports reach Tune at each controller poll, every 2 s by default: too slow for
 # short trials (measured on 2 CPUs: 0.5 s -> ~9.5 s from trial start to first report of a
@@ -29,11 +31,49 @@ def local_nodes() -> list[dict[str, float]]:
     return [node]
 
 
+ADDRESS_ENV = "RAY_ADDRESS"
+CONNECT_TIMEOUT_S = 5.0
+
+
+def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str | None, str]:
+    """The Ray cluster to use, as Ray's own tools find it: ``given`` (what ``flag`` said),
+    else ``RAY_ADDRESS`` (set by ``ray job submit`` and KubeRay for their drivers), else None
+    (an embedded Ray); with where it came from."""
+    if given:
+        return given, flag
+    if os.environ.get(ADDRESS_ENV):
+        return os.environ[ADDRESS_ENV], ADDRESS_ENV
+    return None, f"the default: an embedded Ray ({ADDRESS_ENV} is not set)"
+
+
+def unreachable(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing accepts connections at the address's HOST:PORT (``ray://HOST:PORT`` too);
+    None when something does, or when the address names no port (``auto``: Ray finds it)."""
+    host_port = address.removeprefix("ray://")
+    host, _, port = host_port.rpartition(":")
+    if not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def connect(address: str | None, *, log_dir: Path) -> str:
     """Start an embedded Ray (address None) or connect to a cluster; returns Ray's log folder.
+    An address where nothing listens is bad input, said within seconds (``ray.init`` would
+    retry for minutes).
 
     Ray's own worker output goes to its log files, not to the console.
     """
+    if address is not None and not ray.is_initialized() and (why := unreachable(address)) is not None:
+        port = address.rpartition(":")[2]
+        raise ExperimentError(
+            f"Nothing answers at the Ray address {address} ({why}).",
+            fix=f"Start the head node (`ray start --head --port {port}`), pass the address `ray start --head` "
+            f"printed, or leave --address and {ADDRESS_ENV} unset for an embedded Ray.",
+        )
     env = {key: os.environ.get(key, value) for key, value in _RAY_ENV_DEFAULTS.items()}
     os.environ.update(env)
     # tunetrain checks that the metric is reported itself (once, with a clear message).

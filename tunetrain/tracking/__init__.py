@@ -13,7 +13,8 @@ and the rest are counted.
 - :mod:`~tunetrain.tracking.journal`: the records on local disk before they are sent;
 - :mod:`~tunetrain.tracking.recorder`: the background recorder (and the no-op one);
 - :mod:`~tunetrain.tracking.store`: reading sweeps back from any tracking URI;
-- :mod:`~tunetrain.tracking.ui`: the MLflow UI server.
+- :mod:`~tunetrain.tracking.ui`: the MLflow UI server;
+- :mod:`~tunetrain.tracking.uri`: which store (flag, ``MLFLOW_TRACKING_URI``, default), checked.
 """
 
 from tunetrain.tracking import schema
@@ -29,6 +30,7 @@ from tunetrain.tracking.store import (
     latest_smoke_timings,
 )
 from tunetrain.tracking.ui import start_ui_server, stop_ui_server, ui_command
+from tunetrain.tracking.uri import TrackingURI, check_existing, check_reachable, resolve_tracking_uri
 
 __all__ = [
     "JOURNAL_NAME",
@@ -40,10 +42,14 @@ __all__ = [
     "SmokeTimings",
     "SweepRecorder",
     "SweepStore",
+    "TrackingURI",
+    "check_existing",
+    "check_reachable",
     "check_store",
     "default_tracking_uri",
     "describe_shape",
     "latest_smoke_timings",
+    "resolve_tracking_uri",
     "schema",
     "start_ui_server",
     "stop_ui_server",

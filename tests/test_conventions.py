@@ -1,0 +1,115 @@
+"""The ecosystem's conventions and failing fast (nothing here starts Ray): MLFLOW_TRACKING_URI
+and RAY_ADDRESS honoured, read commands that never create a store, a Ray address or MLflow
+server that does not answer refused in seconds, an unknown URI scheme refused, a dry run that
+runs the experiment's preflight."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import tunetrain
+from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+
+TOY = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment
+
+
+def loop(config):
+    ray.train.report({"loss": config["x"]})
+
+
+experiment = Experiment(name="toy", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)})
+"""
+
+
+def _free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_mlflow_tracking_uri_from_the_environment_is_the_store_read(
+    bare_workdir: Path, store_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = bare_workdir / "shared" / "team.db"
+    shared.parent.mkdir()
+    shutil.copyfile(store_template, shared)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{shared}")
+    status, out = run_cli("list")
+    assert status == 0 and f"No sweep recorded in sqlite:///{shared}." in out, out
+    assert not (bare_workdir / "mlflow.db").exists()
+    # The flag still wins over the environment.
+    status, out = run_cli("list", "--tracking-uri", f"sqlite:///{bare_workdir / 'mlflow.db'}")
+    assert status == 2 and "No MLflow store at" in out
+
+
+@pytest.mark.parametrize("command", [["list"], ["show"], ["best"], ["report"], ["ui"]])
+def test_read_commands_never_create_a_store(bare_workdir: Path, command: list[str]) -> None:
+    status, out = run_cli(*command)
+    assert status == 2, out
+    assert f"No MLflow store at {bare_workdir / 'mlflow.db'}" in out and "MLFLOW_TRACKING_URI" in out, out
+    assert os.listdir(bare_workdir) == []  # nothing written
+
+
+def test_a_store_path_in_a_missing_folder_is_refused_and_not_created(bare_workdir: Path) -> None:
+    missing = bare_workdir / "nonexistent" / "dir" / "mlflow.db"
+    status, out = run_cli("list", "--tracking-uri", f"sqlite:///{missing}")
+    assert status == 2 and f"No MLflow store at {missing}" in out and "--tracking-uri" in out, out
+    assert not (bare_workdir / "nonexistent").exists()
+    with pytest.raises(tunetrain.ExperimentError, match="No MLflow store at"):
+        from tunetrain.analysis import load_sweep
+
+        load_sweep(tracking_uri=f"sqlite:///{missing}")
+
+
+def test_an_unknown_tracking_uri_scheme_is_bad_input(bare_workdir: Path) -> None:
+    status, out = run_cli("list", "--tracking-uri", "garbage://x")
+    assert status == 2 and "'garbage' is not a tracking store MLflow knows" in out, out
+    status, out = run_cli("sweep", str(write_experiment(bare_workdir, TOY)), "--tracking-uri", "garbage://x")
+    assert status == 2 and "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", [["list"], ["sweep", "FILE", "--dry-run"], ["sweep", "FILE"]])
+def test_a_tracking_server_that_does_not_answer_is_refused_in_seconds(bare_workdir: Path, command: list[str]) -> None:
+    uri = f"http://127.0.0.1:{_free_port()}"
+    argv = [str(write_experiment(bare_workdir, TOY)) if word == "FILE" else word for word in command]
+    start = time.monotonic()
+    status, out = run_cli(*argv, "--tracking-uri", uri)
+    assert status == 2 and f"Nothing answers at the tracking URI {uri} (from --tracking-uri)" in out, out
+    assert time.monotonic() - start < 30  # not MLflow's minutes of retries
+    assert "Sweep toy" not in out  # refused before the plan
+
+
+@pytest.mark.own_ray  # run with this process's Ray shut down: a connected Ray is used as it is
+@pytest.mark.parametrize("source", ["flag", "RAY_ADDRESS"])
+def test_a_ray_address_where_nothing_listens_is_refused_in_seconds(
+    bare_workdir: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    import ray
+
+    address = f"127.0.0.1:{_free_port()}"
+    argv = ["sweep", str(write_experiment(bare_workdir, TOY))]
+    if source == "flag":
+        argv += ["--address", address]
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    start = time.monotonic()
+    status, out = run_cli(*argv)
+    assert status == 2 and f"Nothing answers at the Ray address {address}" in out, out
+    assert time.monotonic() - start < 30 and not ray.is_initialized()
+
+
+def test_a_dry_run_runs_the_experiments_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # this machine has no hub; make that certain and fast
+    status, out = run_cli("sweep", str(EXPERIMENTS / "gpt2_lr.py"), "--set", "model=gpt2", "--dry-run")
+    assert status == 2
+    assert "needs the pretrained GPT-2 weights from the Hugging Face hub" in out
