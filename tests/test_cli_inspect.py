@@ -60,6 +60,18 @@ def test_best_prints_json_a_set_line_and_the_checkpoint(
     assert status == 0, plan
     for key, value in sweep.best_config().items():
         assert f"  {key} = {value!r}\n" in plan
+    # As `sweep FILE $(tunetrain best --format set)` passes it: split on whitespace, no unquoting.
+    status, plan = run_cli("sweep", str(experiment), "--dry-run", *out.split())
+    assert status == 0, plan
+    for key, value in sweep.best_config().items():
+        assert f"  {key} = {value!r}\n" in plan
+    # --config-from does the same from the sweep's name (or a trial's run id); --set wins.
+    status, plan = run_cli(
+        "sweep", str(experiment), "--dry-run", "--tracking-uri", uri, "--config-from", sweep.name, "--set", "width=9"
+    )
+    assert status == 0, plan
+    for key, value in {**sweep.best_config(), "width": 9}.items():
+        assert f"  {key} = {value!r}\n" in plan
 
 
 def test_report_command_writes_the_html_and_logs_it(analysed_sweep: AnalysedSweep, tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from ray import tune
 
-from tunetrain import ExperimentError
+from tunetrain import ExperimentError, _space
 from tunetrain._space import apply_overrides, flatten, free_dimensions, merge, parse_assignment
 
 
@@ -47,3 +49,28 @@ def test_apply_overrides_rejects_unknown_keys_listing_the_valid_ones() -> None:
 
 def test_merge_lets_the_second_dict_win_at_every_depth() -> None:
     assert merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}}
+
+
+@pytest.mark.parametrize("name", ["mlp_digits", "gpt2_lr", "gpt2_hf_trainer", "conditional_digits", "pbt_digits"])
+def test_set_flags_survive_shell_word_splitting_for_every_value_of_the_shipped_experiments(name: str) -> None:
+    from ray.tune.search.sample import Domain
+
+    from tests.conftest import EXPERIMENTS
+    from tunetrain import load_experiment
+
+    def concrete(value: Any) -> Any:
+        """A value a trial could get: a choice's last category, a sample, a branch's values."""
+        if isinstance(value, Domain):
+            choices = getattr(value, "categories", None)
+            return concrete(choices[-1]) if choices is not None else value.sample()
+        if isinstance(value, dict):
+            return {k: concrete(v) for k, v in value.items()}
+        return value
+
+    experiment = load_experiment(str(EXPERIMENTS / f"{name}.py"))
+    config = _space.flatten(experiment.defaults)
+    config.update(_space.flatten(concrete(dict(experiment.space))))
+    config["a.phrase"] = "two words, 'quoted'"  # a string no shipped default has
+    words = _space.set_flags(config).split()  # what the shell makes of $(...): no unquoting
+    assert words[0::2] == ["--set"] * len(config)
+    assert dict(_space.parse_assignment(word) for word in words[1::2]) == config

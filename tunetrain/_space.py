@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -77,6 +78,38 @@ def parse_value(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+_BARE = re.compile(r"[A-Za-z0-9_./:@+-]+")
+
+
+def literal_word(value: Any, *, bare: bool = True) -> str:
+    """``value`` as one shell word that :func:`parse_value` reads back as ``value``: no
+    whitespace and no shell quoting, so that ``$(tunetrain best --format set)`` (whose output
+    the shell splits on whitespace and does not unquote) passes it whole. Strings are bare
+    where that reads back the same (``gpt2``), else a Python literal with spaces written
+    ``\\x20``; lists, tuples and dicts are written without spaces (strings in them always
+    as literals)."""
+    if isinstance(value, str):
+        if bare and _BARE.fullmatch(value) and parse_value(value) == value:
+            return value
+        return repr(value).replace(" ", "\\x20")
+    if isinstance(value, list):
+        return "[" + ",".join(literal_word(v, bare=False) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ",".join(literal_word(v, bare=False) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(f"{literal_word(k, bare=False)}:{literal_word(v, bare=False)}" for k, v in value.items())
+            + "}"
+        )
+    return repr(value)
+
+
+def set_flags(config: Mapping[str, Any]) -> str:
+    """``--set key=value ...`` for every leaf of ``config``, each value one :func:`literal_word`."""
+    return " ".join(f"--set {key}={literal_word(value)}" for key, value in flatten(config).items())
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

@@ -71,6 +71,7 @@ def sweep(
     seed: int | None = None,
     deterministic: bool | None = None,
     overrides: Mapping[str, Any] | None = None,
+    config_from: str | None = None,
     tracking_uri: str | None = None,
     storage: str | None = None,
     address: str | None = None,
@@ -88,7 +89,9 @@ def sweep(
 
     ``experiment`` is an :class:`~tunetrain.Experiment` or the path of an experiment file;
     the keywords change its fields for this sweep (``None``: the experiment's own), and
-    ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``).
+    ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``);
+    ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id, in
+    the same tracking store) pins every value of that config, ``overrides`` winning.
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
     state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
     Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that
@@ -104,6 +107,8 @@ def sweep(
 
     out = stream or sys.stdout
     fields = {key: value for key, value in locals().items() if key in _FIELDS}
+    if config_from is not None:
+        overrides = {**config_of(config_from, tracking_uri=tracking_uri), **(overrides or {})}
     request = _request(experiment, fields, overrides, tracking_uri, address, budget, report)
     exp = resolve_experiment(experiment, overrides=overrides, **fields)
     resumable = None
@@ -236,3 +241,24 @@ def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | No
 def default_name(experiment: Experiment, kind: str = "") -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{experiment.name}-{kind + '-' if kind else ''}{stamp}"
+
+
+def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
+    """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
+    id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
+    from tunetrain.analysis import _store, load_sweep, nested_config
+
+    try:
+        return _space.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
+    except ExperimentError as not_a_sweep:
+        store = _store(tracking_uri)
+        try:
+            run = store.run(ref)
+        except ExperimentError:
+            raise ExperimentError(
+                f"--config-from {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in "
+                f"{store.tracking_uri}.",
+                fix="Pass a sweep name from `tunetrain list` or a run id from `tunetrain show SWEEP --all-columns`, "
+                "and the store's --tracking-uri.",
+            ) from not_a_sweep
+        return _space.flatten(nested_config(run.params))

@@ -76,7 +76,6 @@ def best_parser(subparsers: Any) -> None:
 
 def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     import json
-    import shlex
 
     from tunetrain import _space
 
@@ -88,7 +87,8 @@ def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     if args.format == "json":
         print(json.dumps(config, indent=2, default=str), file=stream)
     elif args.format == "set":
-        print(" ".join(f"--set {shlex.quote(f'{k}={v!r}')}" for k, v in _space.flatten(config).items()), file=stream)
+        # One word per value, no shell quotes: `tunetrain sweep FILE $(tunetrain best --format set)`.
+        print(_space.set_flags(config), file=stream)
     else:
         if checkpoint is None:
             raise ExperimentError(

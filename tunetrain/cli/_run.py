@@ -66,6 +66,12 @@ def sweep_parser(subparsers: Any) -> None:
         help="override a default or pin a space dimension (Python literal; nested keys with dots)",
     )
     parser.add_argument(
+        "--config-from",
+        metavar="SWEEP_OR_RUN_ID",
+        help="pin every value of a sweep's best config (or of one trial's run) from the tracking store; "
+        "--set values win",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print the resolved plan (with a cost estimate after a --smoke run) and start nothing",
@@ -145,6 +151,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         args.file,
         **fields,
         overrides=overrides,
+        config_from=args.config_from,
         **where,
         budget=args.budget,
         report=not args.no_report,
