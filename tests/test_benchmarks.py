@@ -36,6 +36,7 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
         "7. Search efficiency",
         "8. Driver memory",
         "9. Loading a sweep for analysis",
+        "10. CLI answer time",
     ):
         assert f"## {title}" in text, title
-    assert text.count("**Met:") + text.count("**Not met:") >= 9
+    assert text.count("**Met:") + text.count("**Not met:") >= 10

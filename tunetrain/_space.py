@@ -9,10 +9,9 @@ from __future__ import annotations
 import ast
 import copy
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-from ray.tune.search.sample import Domain
 
 from tunetrain.errors import ExperimentError
 
@@ -23,7 +22,18 @@ def is_grid(value: Any) -> bool:
 
 def is_distribution(value: Any) -> bool:
     """A Ray Tune distribution (tune.uniform, tune.choice, ...) or tune.grid_search."""
-    return isinstance(value, Domain) or is_grid(value)
+    return _is_domain(value) or is_grid(value)
+
+
+def _is_domain(value: Any) -> bool:
+    """A Ray Tune distribution. Ray's module is imported only once one exists (none can
+    before), so that reading sweeps back (analysis, the CLI's read commands) never imports
+    Ray Tune."""
+    if "ray.tune.search.sample" not in sys.modules:
+        return False
+    from ray.tune.search.sample import Domain
+
+    return isinstance(value, Domain)
 
 
 def iter_leaves(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -150,7 +160,7 @@ def describe(value: Any) -> str:
         return f"grid_search({value['grid_search']!r})"
     if isinstance(value, Mapping):  # a branch of a conditional choice
         return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, Domain):
+    if _is_domain(value):
         if hasattr(value, "categories"):
             return f"choice([{', '.join(describe(c) for c in value.categories)}])"
         sampler = value.get_sampler()
