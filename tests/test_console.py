@@ -79,3 +79,31 @@ def test_summary_ranks_trials_and_groups_errors() -> None:
     # The same error of two trials is listed once, with its count.
     assert "2 trial(s): ValueError: bad" in text
     assert "mlflow ui --backend-store-uri sqlite:///x.db" in text
+
+
+def test_summary_table_shows_the_searched_values_and_the_fixed_ones_once() -> None:
+    trials = [record(f"trial_000{i}", "completed", 0.5 + i) for i in range(3)]
+    for trial in trials:
+        trial.config.update({"model": "tiny", "train": {"steps": 100, "clip": 1.0}})
+    outcome = SweepOutcome(
+        sweep_name="s",
+        sweep_id="id",
+        metric="loss",
+        mode="min",
+        trials=trials,
+        experiment_id="1",
+        parent_run_id="p",
+        tracking_uri="sqlite:///x.db",
+        run_ids={},
+        searched=["lr"],
+    )
+    text = summary(outcome, ui_command="mlflow ui")
+    header = next(line for line in text.splitlines() if line.strip().startswith("trial "))
+    assert header.split() == ["trial", "status", "iters", "best", "loss", "lr"]
+    assert "Fixed values: model=tiny, train.clip=1, train.steps=100" in text
+    # Without the searched keys known (an older outcome), the columns are the values that differ.
+    outcome.searched = []
+    assert (
+        next(line for line in summary(outcome, ui_command="mlflow ui").splitlines() if "iters" in line).split()[-1]
+        == "lr"
+    )

@@ -110,7 +110,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:
         shown = ranked[:top_k]
-        keys = sorted({k for t in shown for k in flatten(t.config)})
+        keys, fixed = _columns(outcome, shown)
         header = ["trial", "status", "iters", f"best {outcome.metric}", *keys]
         rows = [
             [
@@ -124,6 +124,8 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         ]
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
         lines.append("")
+        if fixed:  # once, not a column each (as `tunetrain show` prints the searched ones only)
+            lines.append("Fixed values: " + ", ".join(f"{k}={_fmt(v)}" for k, v in fixed.items()))
         lines.append(f"Top {len(shown)} trials by {outcome.metric} ({outcome.mode}):")
         for row in [header, *rows]:
             lines.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))
@@ -163,6 +165,19 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     if outcome.log_path:
         lines.append(f"Ray logs: {outcome.log_path}")
     return "\n".join(lines)
+
+
+def _columns(outcome: SweepOutcome, shown: list[TrialRecord]) -> tuple[list[str], dict[str, object]]:
+    """The summary table's config columns (the searched keys; without them known, the keys
+    whose values differ between trials) and the values every shown trial has the same."""
+    configs = [flatten(t.config) for t in shown]
+    keys = sorted({k for config in configs for k in config})
+    if outcome.searched:
+        searched = [k for k in keys if any(k == s or k.startswith(s + ".") for s in outcome.searched)]
+    else:
+        searched = [k for k in keys if len({repr(config.get(k)) for config in configs}) > 1]
+    fixed = {k: configs[0].get(k) for k in keys if k not in searched}
+    return searched, fixed
 
 
 # Config keys (last part, dotted) a train loop may expose against running out of memory,

@@ -133,6 +133,8 @@ class SweepOutcome:
     checkpoint_bytes: int = 0
     # Seconds the sweep ran, from its record's start to its close (Ray's start not included).
     sweep_s: float = 0.0
+    # The config keys (dotted) the searcher chooses; the rest of a config is fixed.
+    searched: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def best(self) -> TrialRecord | None:

@@ -293,6 +293,7 @@ def run_sweep(
             log_path=str(log_dir),
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
             stop_reason=gate.reason if gate is not None and gate.refused else "",
+            searched=_space.free_dimensions(exp.space),
         )
         pareto_tags: dict[str, Any] = {}
         if outcome.stop_reason:
