@@ -113,3 +113,35 @@ def test_a_dry_run_runs_the_experiments_preflight(monkeypatch: pytest.MonkeyPatc
     status, out = run_cli("sweep", str(EXPERIMENTS / "gpt2_lr.py"), "--set", "model=gpt2", "--dry-run")
     assert status == 2
     assert "needs the pretrained GPT-2 weights from the Hugging Face hub" in out
+
+
+@pytest.mark.parametrize(
+    ("assignment", "expected"),
+    [
+        ("epochs=abc", "--set epochs=abc: epochs is an integer (12), but got 'abc'."),
+        ("epochs=2e3", "--set epochs=2e3: epochs is an integer (12), but got 2000.0 (float)."),
+        ("lr=5.0", "--set lr=5.0: lr is searched in [0.0001, 0.3], but got 5.0."),
+        ("hidden=999", "--set hidden=999: hidden is searched over the choices [16, 64, 256], but got 999."),
+        ("batch_size=true", "--set batch_size=true: batch_size is an integer (64), but got 'true'."),
+    ],
+)
+def test_set_values_are_checked_against_what_they_replace(bare_workdir: Path, assignment: str, expected: str) -> None:
+    status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--set", assignment, "--dry-run")
+    assert status == 2 and expected in out, out
+
+
+def test_set_values_are_typed_as_the_experiments(bare_workdir: Path) -> None:
+    gpt2 = str(EXPERIMENTS / "gpt2_lr.py")
+    status, out = run_cli("sweep", gpt2, "--set", "train.activation_checkpointing=false", "--dry-run")
+    assert status == 0 and "train.activation_checkpointing = False" in out, out  # a bool, not a truthy string
+    status, out = run_cli("sweep", gpt2, "--set", "train.precision=16", "--dry-run")
+    assert status == 0 and "train.precision = '16'" in out, out  # a string where the experiment has one
+    status, out = run_cli("sweep", gpt2, "--set", "train.max_steps=2e3", "--dry-run")
+    assert status == 2 and "write a whole number, e.g. --set train.max_steps=2000" in out.lower(), out
+
+
+def test_errors_about_flags_name_the_flag_typed(bare_workdir: Path) -> None:
+    status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--num-samples", "0", "--dry-run")
+    assert status == 2 and "--num-samples must be an integer >= 1, but got 0." in out and "Experiment." not in out
+    status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--workers-per-trial", "4-2", "--dry-run")
+    assert status == 2 and "--workers-per-trial must be" in out and "but got (4, 2)." in out and "self." not in out

@@ -133,18 +133,25 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 
 def apply_overrides(
-    space: Mapping[str, Any], defaults: Mapping[str, Any], overrides: Mapping[str, Any]
+    space: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    *,
+    texts: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pin space dimensions or change defaults by dotted key; unknown keys fail listing the valid ones."""
+    """Pin space dimensions or change defaults by dotted key; unknown keys fail listing the
+    valid ones, and each value is checked against what it replaces (see :func:`checked`).
+    ``texts``: the values as the user typed them (``--set``), for the messages."""
     new_space = copy.deepcopy(dict(space))
     new_defaults = copy.deepcopy(dict(defaults))
     space_keys = flatten(new_space)
     default_keys = flatten(new_defaults)
     for key, value in overrides.items():
+        text = (texts or {}).get(key)
         if key in space_keys:
-            _set_dotted(new_space, key, value)
+            _set_dotted(new_space, key, checked(key, value, space_keys[key], text=text))
         elif key in default_keys:
-            _set_dotted(new_defaults, key, value)
+            _set_dotted(new_defaults, key, checked(key, value, default_keys[key], text=text))
         else:
             valid = sorted(set(space_keys) | set(default_keys))
             raise ExperimentError(
@@ -152,6 +159,75 @@ def apply_overrides(
                 fix="Use one of those keys (nested keys are joined with dots, e.g. train.max_steps).",
             )
     return new_space, new_defaults
+
+
+def checked(key: str, value: Any, current: Any, *, text: str | None = None) -> Any:
+    """``value`` for ``key`` where the experiment has ``current`` (a default or a space
+    dimension), checked against it: an int stays an int, a bool takes true/false, a string
+    takes the text as typed, a pinned choice must be one of its choices, a pinned range
+    holds the value; otherwise ExperimentError naming ``--set KEY=TEXT``."""
+    said = f"--set {key}={text if text is not None else literal_word(value)}"
+
+    def refuse(rule: str, fix: str) -> ExperimentError:
+        return ExperimentError(f"{said}: {rule}, but got {value!r}.", fix=fix)
+
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if _is_domain(current):
+        choices = getattr(current, "categories", None)
+        if choices is not None:
+            if not any(value == c and type(value) is type(c) for c in choices):
+                raise refuse(
+                    f"{key} is searched over the choices {list(choices)!r}",
+                    fix=f"Pin one of them, e.g. --set {key}={literal_word(choices[0])}.",
+                )
+            return value
+        integer = type(current).__name__ == "Integer"
+        if not number or (integer and not isinstance(value, int)):
+            raise refuse(
+                f"{key} is searched over {'integers' if integer else 'numbers'} ({describe(current)})",
+                fix=f"Pin a {'whole ' if integer else ''}number in that range.",
+            )
+        lower, upper = getattr(current, "lower", None), getattr(current, "upper", None)
+        if lower is not None and upper is not None and not lower <= value <= upper:
+            raise refuse(
+                f"{key} is searched in [{lower}, {upper}]",
+                fix="Pin a value inside the range, or widen the space in the experiment file.",
+            )
+        return value
+    if current is None or is_grid(current):
+        return value
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise refuse(f"{key} is a bool ({current!r})", fix=f"Write --set {key}=true or --set {key}=false.")
+    if isinstance(current, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        whole = isinstance(value, float) and value.is_integer()
+        kind = f" ({type(value).__name__})" if not isinstance(value, str) else ""
+        raise ExperimentError(
+            f"{said}: {key} is an integer ({current!r}), but got {value!r}{kind}.",
+            fix=f"Write a whole number, e.g. --set {key}={int(value) if whole else current}.",
+        )
+    if isinstance(current, float):
+        if number:
+            return float(value)
+        raise refuse(f"{key} is a number ({current!r})", fix=f"Write a number, e.g. --set {key}={current!r}.")
+    if isinstance(current, str):
+        if isinstance(value, str):
+            return value
+        if text is not None:  # `--set precision=16` where the experiment has a string: the text
+            return text
+        raise refuse(f"{key} is a string ({current!r})", fix=f"Pass a string, e.g. {key}={current!r}.")
+    if isinstance(current, list | tuple):
+        if isinstance(value, list | tuple):
+            return type(current)(value)
+        raise refuse(
+            f"{key} is a sequence ({current!r})", fix=f"Write a list, e.g. --set {key}={literal_word(current)}."
+        )
+    return value
 
 
 def describe(value: Any) -> str:

@@ -307,7 +307,7 @@ class Experiment:
             ):
                 raise ExperimentError(
                     f"Experiment.workers_per_trial must be a number >= 1 or a range (min, max) with "
-                    f"1 <= min <= max, but got {self.workers_per_trial=}.",
+                    f"1 <= min <= max, but got {self.workers_per_trial!r}.",
                     fix="Use e.g. workers_per_trial=2, or workers_per_trial=(1, 4) for elastic trials.",
                 )
         else:
@@ -316,7 +316,7 @@ class Experiment:
             _positive_int("max_concurrent", self.max_concurrent)
         if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < 0:
             raise ExperimentError(
-                f"Experiment.max_failures must be an integer >= 0, but got {self.max_failures=}.",
+                f"Experiment.max_failures must be an integer >= 0, but got {self.max_failures!r}.",
                 fix="Use e.g. max_failures=2 (restart a trial up to twice from its checkpoint), or 0.",
             )
         if self.placement_strategy not in PLACEMENT_STRATEGIES:

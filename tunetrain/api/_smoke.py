@@ -41,6 +41,7 @@ def smoke(
     name: str | None = None,
     stream: TextIO | None = None,
     command: list[str] | None = None,
+    _as_typed: tuple[Mapping[str, str], Mapping[str, str]] | None = None,
     **fields: Any,
 ) -> SmokeResult:
     """Run one tiny trial of ``steps`` iterations (FIFO, random search, the experiment's smoke
@@ -58,7 +59,8 @@ def smoke(
             f"--smoke-steps must be at least 2 (to see the metric improve), but got {steps}.",
             fix="Pass --smoke-steps 5, or leave it out.",
         )
-    exp = resolve_experiment(experiment, overrides=overrides, **fields)
+    texts, names_used = _as_typed or ({}, {})
+    exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
     tiny = checks_of.smoke_experiment(exp, steps=steps)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     common: dict[str, Any] = {

@@ -38,10 +38,14 @@ def resolve_experiment(
     experiment: Experiment | str | os.PathLike[str],
     *,
     overrides: Mapping[str, Any] | None = None,
+    texts: Mapping[str, str] | None = None,
+    names_used: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Experiment:
     """The experiment (or the file's) with ``fields`` changed and ``overrides`` applied
-    (``{"optimizer.lr": 0.1}``: a fixed value, or a dimension pinned), validated again."""
+    (``{"optimizer.lr": 0.1}``: a fixed value, or a dimension pinned), validated again.
+    ``texts`` are the overrides as typed (``--set``), ``names_used`` the names the caller
+    gave the fields (``--num-samples``), for the messages of what is refused."""
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(os.fspath(experiment))
     unknown = sorted(set(fields) - set(_FIELDS))
     if unknown:
@@ -52,8 +56,20 @@ def resolve_experiment(
     if changes.get("searcher", exp.searcher) != exp.searcher:
         changes["searcher_options"] = {}
     if overrides:
-        changes["space"], changes["defaults"] = _space.apply_overrides(exp.space, exp.defaults, dict(overrides))
-    return exp.replace(**changes) if changes else exp
+        changes["space"], changes["defaults"] = _space.apply_overrides(
+            exp.space, exp.defaults, dict(overrides), texts=texts
+        )
+    try:
+        return exp.replace(**changes) if changes else exp
+    except ExperimentError as exc:
+        # Said with the name the caller used for the field (a flag, a keyword), not the
+        # Experiment's: `--num-samples must be ...`, not `Experiment.num_samples must be ...`.
+        names = {field: (names_used or {}).get(field, field) for field in fields if fields[field] is not None}
+        message, fix = exc.message, exc.fix
+        for field, name in names.items():
+            message = message.replace(f"Experiment.{field} ", f"{name} ")
+            fix = fix.replace(f"Set {field} ", f"Set {name} ") if fix else fix
+        raise ExperimentError(message, fix=fix) from None
 
 
 def sweep(
@@ -84,6 +100,7 @@ def sweep(
     recorder: Callable[..., Any] | None = None,
     stream: TextIO | None = None,
     command: list[str] | None = None,
+    _as_typed: tuple[Mapping[str, str], Mapping[str, str]] | None = None,
 ) -> SweepResult:
     """Run the experiment's sweep through Ray Tune, every trial recorded in MLflow.
 
@@ -110,7 +127,9 @@ def sweep(
     if config_from is not None:
         overrides = {**config_of(config_from, tracking_uri=tracking_uri), **(overrides or {})}
     request = _request(experiment, fields, overrides, tracking_uri, address, budget, report)
-    exp = resolve_experiment(experiment, overrides=overrides, **fields)
+    # The CLI passes what the user typed (--set texts, flag names) for its error messages.
+    texts, names_used = _as_typed or ({}, {})
+    exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
     resumable = None
     if resume:
         storage_root = storage or DEFAULT_STORAGE

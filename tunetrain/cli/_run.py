@@ -127,6 +127,7 @@ _FIELD_FLAGS = (
     "seed",
     "deterministic",
 )
+_FLAG_NAMES = {field: "--" + field.replace("_", "-") for field in _FIELD_FLAGS}
 
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
@@ -135,6 +136,9 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
 
     fields = {flag: getattr(args, flag) for flag in _FIELD_FLAGS}
     overrides = dict(parse_assignment(text) for text in args.overrides)
+    # Errors name what the user typed: the flag, and --set's text.
+    texts = {key: text for key, _, text in (t.partition("=") for t in args.overrides)}
+    as_typed = ({key.strip(): text.strip() for key, text in texts.items()}, _FLAG_NAMES)
     where = {"tracking_uri": args.tracking_uri, "storage": args.storage, "address": args.address, "name": args.name}
     if args.smoke:
         smoked = api.smoke(
@@ -143,6 +147,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
             overrides=overrides,
             stream=stream,
             command=_command(args),
+            _as_typed=as_typed,
             **where,
             **fields,
         )
@@ -160,6 +165,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         require_estimate=args.estimate,
         stream=stream,
         command=_command(args),
+        _as_typed=as_typed,
     )
     return result.exit_status
 
