@@ -335,11 +335,12 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
 
 
 @pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
-def test_ctrl_c_before_any_trial_ended_exits_1_and_leaves_nothing_running(workdir: Path) -> None:
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_before_any_trial_ended_exits_1_and_leaves_nothing_running(workdir: Path, sent: int) -> None:
     # Steps of 2 s: once a trial has reported its first step, none can end for 14 s.
     slow = RESUMED.replace("time.sleep(0.2)", "time.sleep(2)")
     process, _ = start_sweep_and_wait(workdir, ended=0, running=True, body=slow)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)  # Ctrl+C, or `kill PID`: the same clean end
     out, _ = process.communicate(timeout=300)
     # No trial completed: exit 1, and the summary still says what happened and how to go on.
     assert process.returncode == 1, out

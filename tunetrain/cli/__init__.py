@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
@@ -44,6 +45,10 @@ def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> 
     args = build_parser().parse_args(argv)
     args.argv = argv
     out = stream or sys.stdout
+    # `kill PID` (SIGTERM) ends a command as Ctrl+C does, at any stage: a sweep stops its
+    # trials and closes its record; the handler is put back afterwards (main may be called
+    # from a longer program).
+    previous = signal.signal(signal.SIGTERM, _as_ctrl_c) if _main_thread() else None
     try:
         status: int = args.command(args, stream=out)
     except ExperimentError as exc:
@@ -54,7 +59,26 @@ def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> 
         # the sweep's journal; `tunetrain resume` or `tunetrain sync` writes what is missing.
         print("\ntunetrain: interrupted again; exiting now (tunetrain resume / sync finish the record).", file=out)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return status
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    """SIGTERM handled as SIGINT is now: by its current handler (Ray Tune's graceful stop
+    while a sweep runs), else as a KeyboardInterrupt."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)
+        return
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 __all__ = ["EXIT_ALL_FAILED", "EXIT_BAD_INPUT", "EXIT_OK", "build_parser", "main"]
