@@ -145,3 +145,13 @@ def test_errors_about_flags_name_the_flag_typed(bare_workdir: Path) -> None:
     assert status == 2 and "--num-samples must be an integer >= 1, but got 0." in out and "Experiment." not in out
     status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--workers-per-trial", "4-2", "--dry-run")
     assert status == 2 and "--workers-per-trial must be" in out and "but got (4, 2)." in out and "self." not in out
+
+
+def test_sweep_help_lists_every_scheduler_and_searcher() -> None:
+    from tunetrain.cli import build_parser
+    from tunetrain.experiment import SCHEDULERS, SEARCHERS
+
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]  # type: ignore[union-attr,index]
+    helps = {action.dest: action.help or "" for action in sweep._actions}
+    listed = {name: helps[name].split(" (")[0].replace(" or ", ", ").split(", ") for name in ("scheduler", "searcher")}
+    assert listed == {"scheduler": list(SCHEDULERS), "searcher": list(SEARCHERS)}

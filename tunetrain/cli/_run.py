@@ -19,8 +19,13 @@ def sweep_parser(subparsers: Any) -> None:
     )
     parser.add_argument("file", help="experiment file, e.g. experiments/mlp_digits.py")
     parser.add_argument("--num-samples", type=int, help="number of trials")
-    parser.add_argument("--scheduler", help="asha or fifo")
-    parser.add_argument("--searcher", help="optuna, hyperopt or random")
+    # The names as tunetrain.experiment lists them (tests/test_cli.py holds them equal; the
+    # experiment module is not imported here, so that --help answers at once).
+    parser.add_argument(
+        "--scheduler",
+        help="fifo, asha, hyperband, median, pbt or pb2 (default: the experiment's; see docs/schedulers.md)",
+    )
+    parser.add_argument("--searcher", help="optuna, hyperopt, random or grid (default: the experiment's)")
     parser.add_argument(
         "--workers-per-trial",
         type=_workers,
