@@ -155,3 +155,35 @@ def test_sweep_help_lists_every_scheduler_and_searcher() -> None:
     helps = {action.dest: action.help or "" for action in sweep._actions}
     listed = {name: helps[name].split(" (")[0].replace(" or ", ", ").split(", ") for name in ("scheduler", "searcher")}
     assert listed == {"scheduler": list(SCHEDULERS), "searcher": list(SEARCHERS)}
+
+
+def _record_sweep(uri: str, name: str, *, smoke: bool) -> None:
+    """A finished sweep of one trial in the store, as a sweep records it (no Ray)."""
+    import time as clock
+
+    from tunetrain.tracking import SweepRecorder
+
+    recorder = SweepRecorder(tracking_uri=uri, experiment_name="toy")
+    tags = {"tunetrain.sweep_name": name, "tunetrain.metric": "loss", "tunetrain.mode": "min"}
+    recorder.start_sweep(run_name=name, params={}, tags={**tags, **({"tunetrain.smoke": "true"} if smoke else {})})
+    recorder.start_trial("trial_0000", params={"x": 0.5}, tags={"tunetrain.trial_index": 0}, start_time=clock.time())
+    recorder.log_metrics("trial_0000", step=1, metrics={"loss": 0.5}, timestamp=clock.time())
+    recorder.end_trial("trial_0000", status="completed", end_time=clock.time(), tags={})
+    recorder.end_sweep(
+        status="FINISHED", best_metrics={"best_loss": 0.5}, tags={}, best_trial="trial_0000", best_config={"x": 0.5}
+    )
+    recorder.close()
+
+
+def test_smoke_sweeps_are_listed_only_when_asked_and_never_taken_as_the_newest(workdir: Path) -> None:
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    _record_sweep(uri, "real", smoke=False)
+    _record_sweep(uri, "toy-smoke-restore", smoke=True)  # newer
+    status, out = run_cli("list")
+    assert status == 0 and "real" in out and "smoke" not in out, out
+    status, out = run_cli("list", "--all")
+    assert status == 0 and "real" in out and "toy-smoke-restore" in out, out
+    status, out = run_cli("show")
+    assert (status == 0 and "Sweep('real'" in out) or "real" in out.splitlines()[0], out
+    status, out = run_cli("show", "toy-smoke-restore")  # by name, it is found
+    assert status == 0 and "toy-smoke-restore" in out.splitlines()[0], out

@@ -299,13 +299,14 @@ def _store(tracking_uri: str | None) -> SweepStore:
     return SweepStore(found.uri)
 
 
-def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
+def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None, smoke: bool = False) -> pd.DataFrame:
     """Every sweep in the store (of one experiment, or all), newest first: sweep, experiment,
-    start_time, status, trials, metric, mode, best value, scheduler, searcher, run_id."""
+    start_time, status, trials, metric, mode, best value, scheduler, searcher, run_id. The
+    ``--smoke`` runs' sweeps only with ``smoke=True``."""
     store = _store(tracking_uri)
     names: dict[str, str] = {}
     rows = []
-    for run in store.sweeps(experiment):
+    for run in store.sweeps(experiment, smoke=smoke):
         if run.experiment_id not in names:
             names[run.experiment_id] = store.experiment_name(run.experiment_id)
         metric = run.tags.get(schema.METRIC_TAG, "")

@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tunetrain",
         description="Hyperparameter sweeps of PyTorch training on Ray Tune + Ray Train, recorded in MLflow.",
     )
+    from tunetrain import __version__
+
+    parser.add_argument("--version", action="version", version=f"tunetrain {__version__}")
     subparsers = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     sweep_parser(subparsers)
     for add in (

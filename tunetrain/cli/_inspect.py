@@ -13,6 +13,7 @@ from tunetrain.errors import ExperimentError
 def list_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("list", help="list recorded sweeps", description="Recorded sweeps, newest first.")
     _store_arguments(parser, sweep=False)
+    parser.add_argument("--all", action="store_true", help="also the --smoke runs' sweeps")
     parser.set_defaults(command=list_command)
 
 
@@ -20,7 +21,7 @@ def list_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     from tunetrain.analysis import list_sweeps
 
     uri = _tracking_uri(args)
-    sweeps = list_sweeps(experiment=args.experiment, tracking_uri=uri)
+    sweeps = list_sweeps(experiment=args.experiment, tracking_uri=uri, smoke=args.all)
     if sweeps.empty:
         print(f"No sweep recorded in {uri}.", file=stream)
         return EXIT_OK

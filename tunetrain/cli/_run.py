@@ -10,59 +10,35 @@ from typing import Any, TextIO
 from tunetrain.cli._common import DEFAULT_STORAGE, EXIT_ALL_FAILED, EXIT_OK, _command
 from tunetrain.errors import ExperimentError
 
+_SWEEP_EXAMPLES = """examples:
+  tunetrain sweep experiments/mlp_digits.py                          # the experiment as written
+  tunetrain sweep experiments/mlp_digits.py --num-samples 16 --set batch_size=32
+  tunetrain sweep experiments/mlp_digits.py --smoke                  # one tiny trial, then verdicts
+  tunetrain sweep experiments/mlp_digits.py --dry-run                # the plan (and its cost), nothing run
+  tunetrain sweep experiments/gpt2_lr.py --address auto --storage /shared/results --budget 2h
+  tunetrain sweep experiments/gpt2_lr.py --config-from SWEEP --set train.max_steps=2000
+"""
+
 
 def sweep_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sweep",
         help="run a hyperparameter sweep of an experiment file",
         description="Run the experiment's sweep through Ray Tune and record every trial in MLflow.",
+        epilog=_SWEEP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", help="experiment file, e.g. experiments/mlp_digits.py")
-    parser.add_argument("--num-samples", type=int, help="number of trials")
+    group0 = parser.add_argument_group("what to run")
+    group0.add_argument("file", help="experiment file, e.g. experiments/mlp_digits.py")
+    group0.add_argument("--num-samples", type=int, help="number of trials")
     # The names as tunetrain.experiment lists them (tests/test_cli.py holds them equal; the
     # experiment module is not imported here, so that --help answers at once).
-    parser.add_argument(
+    group0.add_argument(
         "--scheduler",
         help="fifo, asha, hyperband, median, pbt or pb2 (default: the experiment's; see docs/schedulers.md)",
     )
-    parser.add_argument("--searcher", help="optuna, hyperopt, random or grid (default: the experiment's)")
-    parser.add_argument(
-        "--workers-per-trial",
-        type=_workers,
-        help="Ray Train workers (DDP processes) per trial: N, or MIN-MAX for elastic trials",
-    )
-    parser.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
-    parser.add_argument(
-        "--trial-runner",
-        choices=("auto", "in_process", "torch_trainer"),
-        help="in_process: single-worker trials run in a reused process (fast start); "
-        "torch_trainer: a TorchTrainer per trial; auto (default): in_process for 1 worker",
-    )
-    parser.add_argument("--max-concurrent", type=int, help="trials run at once (default: what the cluster fits)")
-    parser.add_argument(
-        "--max-failures", type=int, help="restarts of a trial from its checkpoint after a worker failure (default 0)"
-    )
-    parser.add_argument("--address", help="Ray cluster to use (auto, HOST:PORT, ray://HOST:10001); default: embedded")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
-    parser.add_argument(
-        "--storage",
-        help="where trial checkpoints and sweep state go: a path or URI (s3://...) every node sees; "
-        f"default ./{DEFAULT_STORAGE} (one machine only)",
-    )
-    parser.add_argument(
-        "--placement-strategy",
-        choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
-        help="how a trial's workers are placed on nodes (default: the experiment's, PACK)",
-    )
-    parser.add_argument("--name", help="sweep name (default: EXPERIMENT-DATE-TIME)")
-    parser.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
-    parser.add_argument(
-        "--deterministic",
-        action="store_true",
-        default=None,
-        help="torch's deterministic algorithms on every worker (recorded; see docs/reproducibility.md)",
-    )
-    parser.add_argument(
+    group0.add_argument("--searcher", help="optuna, hyperopt, random or grid (default: the experiment's)")
+    group0.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -70,37 +46,77 @@ def sweep_parser(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="override a default or pin a space dimension (Python literal; nested keys with dots)",
     )
-    parser.add_argument(
+    group0.add_argument(
         "--config-from",
         metavar="SWEEP_OR_RUN_ID",
         help="pin every value of a sweep's best config (or of one trial's run) from the tracking store; "
         "--set values win",
     )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the resolved plan (with a cost estimate after a --smoke run) and start nothing",
-    )
-    parser.add_argument(
-        "--estimate", action="store_true", help="as --dry-run, and fail when no smoke run gives the timings"
-    )
-    parser.add_argument(
-        "--budget",
-        help="stop launching trials once the next would overrun it: wall time (90s, 30m, 2h) or 5cpu-h, 1.5gpu-h",
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="run one tiny trial first and check metric, loss, checkpoint round trip, resources and timing",
-    )
-    parser.add_argument("--smoke-steps", type=int, default=5, help="iterations of the smoke trial (default 5)")
-    parser.add_argument(
+    group0.add_argument(
         "--resume",
         action="store_true",
         help="continue the sweep --name (default: this experiment's newest under --storage) after a crash or "
         "Ctrl+C: ended trials stay ended, the others go on from their checkpoints, in the same MLflow runs",
     )
-    parser.add_argument(
+    group1 = parser.add_argument_group("where it runs and records")
+    group1.add_argument("--address", help="Ray cluster to use (auto, HOST:PORT, ray://HOST:10001); default: embedded")
+    group1.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    group1.add_argument(
+        "--storage",
+        help="where trial checkpoints and sweep state go: a path or URI (s3://...) every node sees; "
+        f"default ./{DEFAULT_STORAGE} (one machine only)",
+    )
+    group1.add_argument("--name", help="sweep name (default: EXPERIMENT-DATE-TIME)")
+    group2 = parser.add_argument_group("how much (resources, concurrency, budget)")
+    group2.add_argument(
+        "--workers-per-trial",
+        type=_workers,
+        help="Ray Train workers (DDP processes) per trial: N, or MIN-MAX for elastic trials",
+    )
+    group2.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
+    group2.add_argument(
+        "--trial-runner",
+        choices=("auto", "in_process", "torch_trainer"),
+        help="in_process: single-worker trials run in a reused process (fast start); "
+        "torch_trainer: a TorchTrainer per trial; auto (default): in_process for 1 worker",
+    )
+    group2.add_argument("--max-concurrent", type=int, help="trials run at once (default: what the cluster fits)")
+    group2.add_argument(
+        "--max-failures", type=int, help="restarts of a trial from its checkpoint after a worker failure (default 0)"
+    )
+    group2.add_argument(
+        "--placement-strategy",
+        choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+        help="how a trial's workers are placed on nodes (default: the experiment's, PACK)",
+    )
+    group2.add_argument(
+        "--budget",
+        help="stop launching trials once the next would overrun it: wall time (90s, 30m, 2h) or 5cpu-h, 1.5gpu-h",
+    )
+    group3 = parser.add_argument_group("reproducibility")
+    group3.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
+    group3.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="torch's deterministic algorithms on every worker (recorded; see docs/reproducibility.md)",
+    )
+    group4 = parser.add_argument_group("checks and output")
+    group4.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved plan (with a cost estimate after a --smoke run) and start nothing",
+    )
+    group4.add_argument(
+        "--estimate", action="store_true", help="as --dry-run, and fail when no smoke run gives the timings"
+    )
+    group4.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run one tiny trial first and check metric, loss, checkpoint round trip, resources and timing",
+    )
+    group4.add_argument("--smoke-steps", type=int, default=5, help="iterations of the smoke trial (default 5)")
+    group4.add_argument(
         "--no-report",
         action="store_true",
         help="no HTML sweep report (nor its MLflow artifacts) at the end",

@@ -164,28 +164,32 @@ class SweepStore:
             )
         return [found.experiment_id]
 
-    def sweeps(self, experiment: str | None = None) -> list[RunRecord]:
-        """Every sweep's parent run (of one experiment, or of all), newest first."""
+    def sweeps(self, experiment: str | None = None, *, smoke: bool = True) -> list[RunRecord]:
+        """Every sweep's parent run (of one experiment, or of all), newest first; without the
+        ``--smoke`` runs' sweeps when ``smoke`` is False."""
         ids = self._experiment_ids(experiment)
         if not ids:
             return []
         runs = self._search(ids, f"tags.`{SWEEP_NAME_TAG}` LIKE '%'")
-        parents = [r for r in runs if PARENT_TAG not in r.tags]
+        parents = [r for r in runs if PARENT_TAG not in r.tags and (smoke or r.tags.get(SMOKE_TAG) != "true")]
         return sorted(parents, key=lambda r: r.start_time or 0.0, reverse=True)
 
     def experiment_name(self, experiment_id: str) -> str:
         return str(self._client.get_experiment(experiment_id).name)
 
     def sweep(self, ref: str | None = None, *, experiment: str | None = None) -> RunRecord:
-        """A sweep's parent run by sweep name or run id; None means the newest sweep."""
+        """A sweep's parent run by sweep name or run id; None means the newest sweep that is
+        not a ``--smoke`` run's (those are found by name)."""
         sweeps = self.sweeps(experiment)
         if ref is None:
-            if not sweeps:
+            real = [run for run in sweeps if run.tags.get(SMOKE_TAG) != "true"]
+            if not real:
+                smoke = f" (only smoke runs: {sweeps[0].tags.get(SWEEP_NAME_TAG)}, ...; name one)" if sweeps else ""
                 raise ExperimentError(
-                    f"No sweep recorded in the tracking store {self.tracking_uri}.",
+                    f"No sweep recorded in the tracking store {self.tracking_uri}{smoke}.",
                     fix="Run `python -m tunetrain sweep FILE` first, or pass --tracking-uri of the store it used.",
                 )
-            return sweeps[0]
+            return real[0]
         for run in sweeps:
             if ref in (run.run_id, run.tags.get(SWEEP_NAME_TAG), run.name):
                 return run
