@@ -88,7 +88,7 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
         ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are optuna, hyperopt, random"),
         _more_workers_than_this_machine_fits(),
         _gpus_this_machine_lacks(),
-        ([DEMO, "--num-samples", "0"], "num_samples must be an integer >= 1"),
+        ([DEMO, "--num-samples", "0"], "--num-samples must be an integer >= 1"),
         # A GPU-hour budget for trials that hold no GPU: refused by the plan, a dry run too.
         ([DEMO, "--budget", "1gpu-h"], "--budget 1gpu-h counts GPU-hours, but the sweep's trials hold no GPU"),
         ([DEMO, "--budget", "1gpu-h", "--dry-run"], "--budget 1gpu-h counts GPU-hours"),

@@ -70,9 +70,11 @@ def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
         "Smoke: all checks passed.",
     ):
         assert line in out, line
-    sweeps = list_sweeps(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
-    # Two tiny sweeps (the trial, then one from its checkpoint), both marked as smoke runs.
+    sweeps = list_sweeps(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}", smoke=True)
+    # Two tiny sweeps (the trial, then one from its checkpoint), both marked as smoke runs,
+    # which a plain listing leaves out.
     assert len(sweeps) == 2
+    assert list_sweeps(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}").empty
     first = load_sweep(sweeps["sweep"].iloc[-1], tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     assert first.tags["tunetrain.smoke"] == "true"
     # One trial of 5 steps, with the experiment's smoke value for the size-like parameter.
