@@ -107,8 +107,7 @@ def execute(
     log_dir = Path(plan.sweep_dir) / "logs"
     ray_logs = cluster.connect(address, log_dir=log_dir)
     print(
-        f"Ray: {address or 'embedded'} (from {address_source}); logs: {ray_logs} "
-        f"(driver log: {log_dir / 'ray_driver.log'})",
+        f"Ray: {address or 'embedded'} ({address_source}); logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})",
         file=stream,
         flush=True,
     )

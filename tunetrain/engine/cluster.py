@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -40,10 +41,10 @@ def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str 
     else ``RAY_ADDRESS`` (set by ``ray job submit`` and KubeRay for their drivers), else None
     (an embedded Ray); with where it came from."""
     if given:
-        return given, flag
+        return given, f"from {flag}"
     if os.environ.get(ADDRESS_ENV):
-        return os.environ[ADDRESS_ENV], ADDRESS_ENV
-    return None, f"the default: an embedded Ray ({ADDRESS_ENV} is not set)"
+        return os.environ[ADDRESS_ENV], f"from {ADDRESS_ENV}"
+    return None, f"no {flag}, {ADDRESS_ENV} not set"
 
 
 def unreachable(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
@@ -88,6 +89,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
     if address is not None:
         use_cluster_token()
+    sigterm = _sigterm_handler()
     if not ray.is_initialized():
         ray.init(
             address=address,
@@ -96,6 +98,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
             runtime_env={"env_vars": env},
         )
     _route_ray_logging(log_dir / "ray_driver.log")  # ray.init puts its console handler back
+    _keep_sigterm_handler(sigterm)
     _internals.route_raylet_messages(logging.getLogger("ray.raylet_messages"))
     return _internals.ray_logs_dir()
 
@@ -129,6 +132,27 @@ def _route_ray_logging(path: Path) -> None:
                 old.close()
         logger.addHandler(handler)
         logger.propagate = False
+
+
+def _sigterm_handler() -> Any:
+    """This process's Python SIGTERM handler (None off the main thread: it cannot change)."""
+    import signal
+    import threading
+
+    return signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+
+
+def _keep_sigterm_handler(before: Any) -> None:
+    """Put back the SIGTERM handler the process had before ``ray.init``.
+
+    Ray 2.60's ``ray.init`` replaces it with its own (one that exits the process at once,
+    plus a C++ failure-signal handler that aborts it), so a `kill` during a sweep would skip
+    the clean end the CLI gives it (trials closed, summary). A handler the program set (the
+    CLI's, or a user's) is put back; where none was set (the default), Ray's stays."""
+    import signal
+
+    if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
+        signal.signal(signal.SIGTERM, before)
 
 
 def cluster_nodes() -> list[dict[str, float]]:
