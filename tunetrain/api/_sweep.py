@@ -7,16 +7,14 @@ import ast
 import os
 import sys
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from tunetrain import _space
+from tunetrain.api._execute import DEFAULT_STORAGE, execute
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, load_experiment
-
-DEFAULT_STORAGE = "tunetrain_results"
 
 # Experiment fields a call (or a flag) may change, as sweep() names them.
 _FIELDS = (
@@ -126,10 +124,15 @@ def sweep(
     fields = {key: value for key, value in locals().items() if key in _FIELDS}
     if config_from is not None:
         overrides = {**config_of(config_from, tracking_uri=tracking_uri), **(overrides or {})}
-    request = _request(experiment, fields, overrides, tracking_uri, address, budget, report)
     # The CLI passes what the user typed (--set texts, flag names) for its error messages.
     texts, names_used = _as_typed or ({}, {})
     exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
+    # The journal keeps the overrides as checked (`--set precision=16` is the string '16'),
+    # so that a resume rebuilds the same experiment.
+    resolved = {**_space.flatten(exp.space), **_space.flatten(exp.defaults)}
+    request = _request(
+        experiment, fields, {key: resolved[key] for key in overrides or {}}, tracking_uri, address, budget, report
+    )
     resumable = None
     if resume:
         storage_root = storage or DEFAULT_STORAGE
@@ -152,7 +155,6 @@ def sweep(
             )
         if exp.seed is None:  # the seed drawn when the sweep started
             exp = exp.replace(seed=resumable.root_seed)
-    from tunetrain.api._execute import execute
 
     return execute(
         exp,
@@ -255,11 +257,6 @@ def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | No
         if request["overrides"]:
             arguments.append("overrides={" + ", ".join(f"{k!r}: {v}" for k, v in request["overrides"].items()) + "}")
     return [f"tunetrain.{function}({', '.join(arguments)})"]
-
-
-def default_name(experiment: Experiment, kind: str = "") -> str:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{experiment.name}-{kind + '-' if kind else ''}{stamp}"
 
 
 def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
