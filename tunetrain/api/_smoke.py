@@ -1,5 +1,5 @@
 """``tunetrain.smoke``: one tiny trial of the experiment on the target cluster (and a second
-from its checkpoint), then a verdict per check (see :mod:`tunetrain.smoke`)."""
+from its checkpoint), then a verdict per check (see :mod:`tunetrain.api.smoke_checks`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tunetrain.experiment import Experiment
 class SmokeResult:
     """The smoke test's checks (``check.verdict``: PASS, FAIL or SKIP) and its sweep."""
 
-    checks: list[Any]  # tunetrain.smoke.Check
+    checks: list[Any]  # tunetrain.api.smoke_checks.Check
     sweep: SweepResult
 
     @property

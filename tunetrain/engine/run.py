@@ -245,7 +245,7 @@ def run_sweep(
             stop=stopper,
             callbacks=[callback],
             failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
-            # Every trial's checkpoints are Tune's (see trial.py), kept by the policy;
+            # Every trial's checkpoints are Tune's (see tunetrain/trial/), kept by the policy;
             # under PBT all of them: a recipient may restore any donor's at any time.
             checkpoint_config=tune.CheckpointConfig(
                 num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
