@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -131,8 +132,9 @@ def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_
 
 
 @pytest.mark.slow
-def test_ui_takes_its_server_down_when_it_is_sent_sigterm(tmp_path: Path) -> None:
+def test_ui_takes_its_server_down_when_it_is_sent_sigterm(tmp_path: Path, store_template: Path) -> None:
     port = _free_port()
+    shutil.copyfile(store_template, tmp_path / "mlflow.db")  # ui reads a store; it creates none
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ui = subprocess.Popen(
         [sys.executable, "-m", "tunetrain", "ui", "--tracking-uri", store, "--port", str(port)],
