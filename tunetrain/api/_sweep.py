@@ -16,8 +16,9 @@ from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, load_experiment
 
-# Experiment fields a call (or a flag) may change, as sweep() names them.
-_FIELDS = (
+# Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
+# as sweep() names them.
+SWEEP_FIELDS = (
     "num_samples",
     "scheduler",
     "searcher",
@@ -45,9 +46,9 @@ def resolve_experiment(
     ``texts`` are the overrides as typed (``--set``), ``names_used`` the names the caller
     gave the fields (``--num-samples``), for the messages of what is refused."""
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(os.fspath(experiment))
-    unknown = sorted(set(fields) - set(_FIELDS))
+    unknown = sorted(set(fields) - set(SWEEP_FIELDS))
     if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {unknown}; the fields a sweep may change: {_FIELDS}")
+        raise TypeError(f"unexpected keyword argument(s) {unknown}; the fields a sweep may change: {SWEEP_FIELDS}")
     changes = {key: value for key, value in fields.items() if value is not None}
     if changes.get("scheduler", exp.scheduler) != exp.scheduler:
         changes["scheduler_options"] = {}  # the file's options belong to its own scheduler
@@ -121,7 +122,7 @@ def sweep(
     from tunetrain.engine import resumable as resuming
 
     out = stream or sys.stdout
-    fields = {key: value for key, value in locals().items() if key in _FIELDS}
+    fields = {key: value for key, value in locals().items() if key in SWEEP_FIELDS}
     if config_from is not None:
         overrides = {**config_of(config_from, tracking_uri=tracking_uri), **(overrides or {})}
     # The CLI passes what the user typed (--set texts, flag names) for its error messages.

@@ -134,32 +134,17 @@ def _workers(text: str) -> int | tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected N or MIN-MAX (e.g. 2 or 1-4), but got {text!r}") from None
 
 
-# The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
-_FIELD_FLAGS = (
-    "num_samples",
-    "scheduler",
-    "searcher",
-    "workers_per_trial",
-    "use_gpu",
-    "trial_runner",
-    "max_concurrent",
-    "max_failures",
-    "placement_strategy",
-    "seed",
-    "deterministic",
-)
-_FLAG_NAMES = {field: "--" + field.replace("_", "-") for field in _FIELD_FLAGS}
-
-
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
     from tunetrain._space import parse_assignment
+    from tunetrain.api._sweep import SWEEP_FIELDS
 
-    fields = {flag: getattr(args, flag) for flag in _FIELD_FLAGS}
+    # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
+    fields = {field: getattr(args, field) for field in SWEEP_FIELDS}
     overrides = dict(parse_assignment(text) for text in args.overrides)
     # Errors name what the user typed: the flag, and --set's text.
-    texts = {key: text for key, _, text in (t.partition("=") for t in args.overrides)}
-    as_typed = ({key.strip(): text.strip() for key, text in texts.items()}, _FLAG_NAMES)
+    texts = {key.strip(): text.strip() for key, _, text in (t.partition("=") for t in args.overrides)}
+    as_typed = (texts, {field: "--" + field.replace("_", "-") for field in SWEEP_FIELDS})
     where = {"tracking_uri": args.tracking_uri, "storage": args.storage, "address": args.address, "name": args.name}
     if args.smoke:
         smoked = api.smoke(
