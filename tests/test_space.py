@@ -47,6 +47,58 @@ def test_apply_overrides_rejects_unknown_keys_listing_the_valid_ones() -> None:
     assert "lr, train.steps" in str(info.value)
 
 
+def _conditional_space() -> dict:
+    return {
+        "optimizer": tune.choice(
+            [
+                {"name": "sgd", "lr": tune.loguniform(1e-3, 3e-1), "momentum": tune.uniform(0.0, 0.95)},
+                {"name": "adam", "lr": tune.loguniform(1e-4, 3e-2), "beta1": tune.uniform(0.8, 0.99)},
+            ]
+        ),
+        "hidden": tune.choice([16, 64]),
+    }
+
+
+def test_a_conditional_spaces_keys_are_set_by_their_dotted_path() -> None:
+    space = _conditional_space()
+    # A branch's parameter is pinned in every branch that searches it; the choice stays.
+    both, _ = apply_overrides(space, {}, {"optimizer.lr": 0.01})
+    assert [b["lr"] for b in both["optimizer"].categories] == [0.01, 0.01]
+    assert free_dimensions(both) == ["optimizer", "hidden"]
+    # The key that names a branch picks it (whatever order the flags came in); the branch is
+    # then a plain nested dict, whose other keys are pinned as usual.
+    sgd, _ = apply_overrides(space, {}, {"optimizer.momentum": 0.5, "optimizer.lr": 0.2, "optimizer.name": "sgd"})
+    assert sgd["optimizer"] == {"name": "sgd", "lr": 0.2, "momentum": 0.5}
+    assert free_dimensions(sgd) == ["hidden"]
+    # A trial's config as `best --format set` and --config-from give it pins the whole space.
+    trial = {"optimizer.name": "adam", "optimizer.lr": 0.001, "optimizer.beta1": 0.9, "hidden": 64}
+    pinned, _ = apply_overrides(space, {}, trial)
+    assert pinned == {"optimizer": {"name": "adam", "lr": 0.001, "beta1": 0.9}, "hidden": 64}
+    # The space given is left as it was.
+    assert len(space["optimizer"].categories) == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (
+            {"optimizer.name": "rmsprop"},
+            ["--set optimizer.name=rmsprop", "['sgd', 'adam']", "--set optimizer.name=sgd"],
+        ),
+        ({"optimizer.lr": 0.2}, ["--set optimizer.lr=0.2", "[0.0001, 0.03]", "'adam'", "--set optimizer.name="]),
+        (
+            {"optimizer.beta": 1},
+            ["'optimizer.beta'", "optimizer.beta1, optimizer.lr, optimizer.momentum, optimizer.name"],
+        ),
+    ],
+)
+def test_a_conditional_spaces_keys_are_checked_against_their_branches(overrides: dict, words: list[str]) -> None:
+    with pytest.raises(ExperimentError) as info:
+        apply_overrides(_conditional_space(), {}, overrides)
+    for word in words:
+        assert word in str(info.value)
+
+
 def test_merge_lets_the_second_dict_win_at_every_depth() -> None:
     assert merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}}
 
