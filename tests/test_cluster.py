@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -41,6 +42,7 @@ class Cluster:
         self.folder = folder
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{free_port()}"  # where `ray job submit` sends jobs
         self.temp_dir = f"/tmp/tt-{os.getpid()}-{self.port}"  # short: Ray's socket paths have a length limit
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.watcher: subprocess.Popen[str] | None = None
@@ -53,8 +55,12 @@ class Cluster:
         command += ["--object-store-memory=150000000", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
         if head:
             command += ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}"]
+            command += [f"--dashboard-port={self.dashboard.rpartition(':')[2]}"]
         else:
-            command += [f"--address={self.address}"]
+            # Its own temporary folder, as a node on another machine has: nodes sharing one
+            # would share Ray's runtime_resources, and one node's clean-up would delete a
+            # job's working directory that the other still uses (the driver's cwd).
+            command += [f"--address={self.address}", f"--temp-dir={self.temp_dir}-{resource}"]
         log = (self.folder / f"ray-{resource}.log").open("wb")
         env = {**os.environ, "RAY_AUTH_MODE": "token"}  # ray start --head turns token authentication on
         self.nodes.append(
@@ -112,7 +118,8 @@ class Cluster:
             process.wait(timeout=60)
         if self.server is not None:
             stop_ui_server(self.server)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        for folder in Path(self.temp_dir).parent.glob(Path(self.temp_dir).name + "*"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture()
@@ -250,6 +257,7 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     # Single-worker trials land on both nodes.
     out = finish(tunetrain(cluster, "sweep", str(write_experiment(cluster.folder, PLACED, "placed.py")), *common))
     assert "4 completed" in out, out
+    assert "View run" not in out and "View experiment" not in out  # MLflow's own lines, two per run
     runs = child_runs(cluster.tracking_uri, "placed")
     assert len(runs) == 4 and all(r.data.tags["tunetrain.status"] == "completed" for r in runs)
     nodes = {r.data.tags["tunetrain.node_ids"] for r in runs}
@@ -287,6 +295,41 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     assert doctor.count("\n  node ") == 2 and "No problems found." in doctor, doctor
     assert "{'head_node': 1.0}" in doctor and "{'worker_node': 1.0}" in doctor  # each node's own resource
     assert "writes " + cluster.storage in doctor
+
+    # A dry run reads the cluster's nodes (both, with their own resources) without connecting
+    # as a driver: no driver log, no folder of results.
+    dry = finish(tunetrain(cluster, "sweep", str(cluster.folder / "placed.py"), *common, "--dry-run", "--name", "dry"))
+    assert "head_node" in dry and "worker_node" in dry, dry
+    assert not list(Path(cluster.storage).glob("dry*")) and not (cluster.folder / "tunetrain_results").exists()
+
+    # Ray Jobs, as KubeRay and the cluster launcher run drivers: the job's RAY_ADDRESS is the
+    # cluster, and the job's logs hold the live line and the summary.
+    job_dir = cluster.folder / "job"
+    job_dir.mkdir()
+    shutil.copy(cluster.folder / "placed.py", job_dir / "placed.py")
+    submit = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", cluster.dashboard]
+    job = [*submit, "--submission-id", "tt-job", "--working-dir", str(job_dir), "--"]
+    job += [sys.executable, "-m", "tunetrain", "sweep", "placed.py", "--num-samples", "2", "--name", "job"]
+    job += ["--tracking-uri", cluster.tracking_uri, "--storage", cluster.storage]
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the cluster's token authentication (docs/cluster.md)
+    env.pop("RAY_ADDRESS", None)
+    submitted = subprocess.run(job, capture_output=True, text=True, cwd=cluster.folder, env=env, timeout=400)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    logs = subprocess.run(
+        [*submit[:4], "logs", "--address", cluster.dashboard, "tt-job"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    ).stdout
+    ray_line = [line for line in logs.splitlines() if line.startswith("Ray: ")]
+    assert len(ray_line) == 1 and "(from RAY_ADDRESS)" in ray_line[0], ray_line or logs
+    assert ray_line[0].split()[1].endswith(f":{cluster.port}"), ray_line  # the job's cluster
+    assert re.search(r"^\[\d\d:\d\d\] 2/2 trials: 2 completed", logs, re.MULTILINE), logs  # the live line
+    assert "Sweep job finished: 2 trials (2 completed)" in logs, logs  # the summary
+    (job_parent,) = client.search_runs([exp.experiment_id], "tags.`tunetrain.sweep_name` = 'job'")
+    job_runs = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{job_parent.info.run_id}'")
+    assert len(job_runs) == 2  # the job's trials are on the server
 
     # Without --storage, a sweep on a multi-node cluster is refused up front.
     refused = tunetrain(cluster, "sweep", str(cluster.folder / "placed.py"), "--address", cluster.address)

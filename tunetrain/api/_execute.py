@@ -56,8 +56,11 @@ def execute(
     if address is None:
         nodes = cluster.local_nodes()
     else:
-        cluster.connect(address, log_dir=log_dir)
-        nodes = cluster.cluster_nodes()
+        if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
+            nodes = cluster.read_nodes(address)
+        else:
+            cluster.connect(address, log_dir=log_dir)
+            nodes = cluster.cluster_nodes()
         if len(nodes) > 1 and not storage_given:
             raise ExperimentError(
                 f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "

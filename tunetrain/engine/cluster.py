@@ -68,13 +68,8 @@ def connect(address: str | None, *, log_dir: Path) -> str:
 
     Ray's own worker output goes to its log files, not to the console.
     """
-    if address is not None and not ray.is_initialized() and (why := unreachable(address)) is not None:
-        port = address.rpartition(":")[2]
-        raise ExperimentError(
-            f"Nothing answers at the Ray address {address} ({why}).",
-            fix=f"Start the head node (`ray start --head --port {port}`), pass the address `ray start --head` "
-            f"printed, or leave --address and {ADDRESS_ENV} unset for an embedded Ray.",
-        )
+    if address is not None and not ray.is_initialized():
+        _check_reachable(address)
     env = {key: os.environ.get(key, value) for key, value in _RAY_ENV_DEFAULTS.items()}
     os.environ.update(env)
     # tunetrain checks that the metric is reported itself (once, with a clear message).
@@ -101,6 +96,41 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     _keep_sigterm_handler(sigterm)
     _internals.route_raylet_messages(logging.getLogger("ray.raylet_messages"))
     return _internals.ray_logs_dir()
+
+
+def _check_reachable(address: str) -> None:
+    if (why := unreachable(address)) is not None:
+        port = address.rpartition(":")[2]
+        raise ExperimentError(
+            f"Nothing answers at the Ray address {address} ({why}).",
+            fix=f"Start the head node (`ray start --head --port {port}`), pass the address `ray start --head` "
+            f"printed, or leave --address and {ADDRESS_ENV} unset for an embedded Ray.",
+        )
+
+
+def read_nodes(address: str) -> list[dict[str, float]]:
+    """The alive nodes' resources of the cluster at ``address``, read without connecting to
+    it as a driver (no job, no driver log): Ray's State API (``ray.util.state.list_nodes``,
+    served by the head's dashboard, which ``ray[default]`` starts). For ``--dry-run``."""
+    from ray.util.state import list_nodes
+
+    _check_reachable(address)
+    use_cluster_token()
+    try:
+        states = list_nodes(address=address, detail=True, timeout=int(CONNECT_TIMEOUT_S) * 2)
+    except Exception as exc:  # Ray raises several kinds here (RayStateApiException, ConnectionError, ...)
+        raise ExperimentError(
+            f"The cluster at {address} answers, but its State API does not ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); a dry run reads the cluster's nodes from it "
+            "without connecting.",
+            fix="Start the head with its dashboard (`ray start --head`, from ray[default], which tunetrain also "
+            "needs to free stopped trials' resources), or run without --dry-run.",
+        ) from None
+    return [
+        {key: float(value) for key, value in (node.resources_total or {}).items()}
+        for node in states
+        if node.state == "ALIVE"
+    ]
 
 
 def use_cluster_token() -> None:

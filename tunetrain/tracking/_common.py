@@ -23,6 +23,9 @@ def _quiet_mlflow_logging() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     # No progress bar on the console for each artifact read back.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # On an http store MLflow 3 writes "View run ... at" and "View experiment at" to stdout
+    # whenever a run ends: two lines per trial. The summary names the UI once.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def _trim(text: str, limit: int) -> str:
