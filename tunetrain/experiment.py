@@ -26,12 +26,12 @@ from tunetrain.errors import ExperimentError
 
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-TrialRunner = Literal["auto", "in_process", "torch_trainer"]
+TrialRunner = Literal["auto", "in_process", "worker_group", "torch_trainer"]
 
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
 SEARCHERS = ("optuna", "hyperopt", "random", "grid")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-TRIAL_RUNNERS = ("auto", "in_process", "torch_trainer")
+TRIAL_RUNNERS = ("auto", "in_process", "worker_group", "torch_trainer")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,8 +129,11 @@ class Experiment:
             ``TorchTrainer`` per trial (controller and worker actors, DDP). "in_process": the
             train loop runs inside the Tune trial's own (reused) process behind Ray Train's
             local-mode API, so ``ray.train.report``/``get_checkpoint``/``prepare_model`` work
-            unchanged, without the ~20 s start-up of a TorchTrainer; one worker only.
-            "auto" (default): "in_process" for one worker per trial, else "torch_trainer".
+            unchanged, without a TorchTrainer's start-up; one worker only. "worker_group": a
+            fixed number of workers as Ray actors that the trial's (reused) process keeps from
+            trial to trial, with the torch process group made once (docs/design.md).
+            "auto" (default): "in_process" for one worker, "worker_group" for a fixed number,
+            "torch_trainer" for an elastic range.
         deterministic: run every worker with torch's deterministic algorithms
             (``torch.use_deterministic_algorithms(True)``, cuDNN benchmark off,
             ``CUBLAS_WORKSPACE_CONFIG``); recorded on the sweep. See docs/reproducibility.md.
@@ -250,11 +253,24 @@ class Experiment:
         return self.num_samples * points
 
     @property
+    def runner(self) -> Literal["in_process", "worker_group", "torch_trainer"]:
+        """How trials run their train loop (``trial_runner`` with "auto" resolved)."""
+        if self.trial_runner != "auto":
+            return self.trial_runner
+        if self.workers_per_trial == 1:
+            return "in_process"
+        return "worker_group" if isinstance(self.workers_per_trial, int) else "torch_trainer"
+
+    @property
     def in_process(self) -> bool:
         """Whether trials run their train loop in the Tune trial's process (see ``trial_runner``)."""
-        if self.trial_runner == "auto":
-            return self.workers_per_trial == 1
-        return self.trial_runner == "in_process"
+        return self.runner == "in_process"
+
+    @property
+    def reuses_trial_process(self) -> bool:
+        """Whether Tune reuses a trial's process for the next trial (in process, worker group):
+        Tune, not Ray Train, then restarts a failed trial from its checkpoint."""
+        return self.runner in ("in_process", "worker_group")
 
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -329,6 +345,12 @@ class Experiment:
             raise ExperimentError(
                 f"Unknown trial_runner {self.trial_runner!r}; valid trial runners are {', '.join(TRIAL_RUNNERS)}.",
                 fix="Pick one of those names (in the experiment file or with --trial-runner).",
+            )
+        if self.trial_runner == "worker_group" and not isinstance(self.workers_per_trial, int):
+            raise ExperimentError(
+                f"trial_runner='worker_group' runs a fixed number of workers per trial, but got "
+                f"workers_per_trial={self.workers_per_trial} (elastic).",
+                fix="Use trial_runner='auto' or 'torch_trainer' for elastic trials (Ray Train resizes them).",
             )
         if self.trial_runner == "in_process" and self.workers_per_trial != 1:  # a range too
             raise ExperimentError(

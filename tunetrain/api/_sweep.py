@@ -79,7 +79,7 @@ def sweep(
     searcher: str | None = None,
     workers_per_trial: int | tuple[int, int] | None = None,
     use_gpu: bool | None = None,
-    trial_runner: Literal["auto", "in_process", "torch_trainer"] | None = None,
+    trial_runner: Literal["auto", "in_process", "worker_group", "torch_trainer"] | None = None,
     max_concurrent: int | None = None,
     max_failures: int | None = None,
     placement_strategy: str | None = None,

@@ -112,7 +112,7 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         searcher="random",
         searcher_options={},
         workers_per_trial=workers,
-        trial_runner=runner if runner in ("in_process", "torch_trainer") else "auto",
+        trial_runner=runner if runner in ("in_process", "worker_group", "torch_trainer") else "auto",
         stop=StopRule(max_iterations=steps),
         seed=int(tags.get(schema.ROOT_SEED_TAG, 0)),
         deterministic=tags.get(schema.DETERMINISTIC_TAG) == "true",

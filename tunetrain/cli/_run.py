@@ -76,9 +76,10 @@ def sweep_parser(subparsers: Any) -> None:
     group2.add_argument("--use-gpu", action="store_true", default=None, help="give each worker a GPU")
     group2.add_argument(
         "--trial-runner",
-        choices=("auto", "in_process", "torch_trainer"),
-        help="in_process: single-worker trials run in a reused process (fast start); "
-        "torch_trainer: a TorchTrainer per trial; auto (default): in_process for 1 worker",
+        choices=("auto", "in_process", "worker_group", "torch_trainer"),
+        help="in_process: single-worker trials in a reused process; worker_group: a fixed number of workers "
+        "kept with the reused trial process; torch_trainer: a TorchTrainer per trial; auto (default): "
+        "in_process for 1 worker, worker_group for a fixed number, torch_trainer for an elastic range",
     )
     group2.add_argument("--max-concurrent", type=int, help="trials run at once (default: what the cluster fits)")
     group2.add_argument(

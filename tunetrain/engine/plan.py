@@ -148,6 +148,13 @@ def train_storage(plan: SweepPlan) -> str:
     return f"{plan.sweep_dir}/train"
 
 
+_RUNNER_TEXT = {
+    "in_process": "in process (reused)",
+    "worker_group": "a reused worker group",
+    "torch_trainer": "a TorchTrainer each",
+}
+
+
 def describe_plan(plan: SweepPlan) -> str:
     """The --dry-run text: everything the sweep would do, nothing started."""
     exp = plan.experiment
@@ -169,7 +176,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
         f"Per trial: {_workers_text(exp)} worker(s) x ({describe_resources(exp.worker_resources)}), "
-        f"placement {exp.placement_strategy}, " + ("in process (reused)" if exp.in_process else "a TorchTrainer each"),
+        f"placement {exp.placement_strategy}, " + _RUNNER_TEXT[exp.runner],
         f"Cluster: {plan.address or 'embedded local Ray'}; "
         + "; ".join(describe_resources(node) for node in plan.nodes),
         f"Root seed: {plan.root_seed}",
@@ -241,7 +248,7 @@ def trial_shape(experiment: Experiment) -> dict[str, str]:
     sweeps of the same shape."""
     return {
         schema.WORKERS_PER_TRIAL_TAG: _workers_text(experiment),
-        schema.TRIAL_RUNNER_TAG: "in_process" if experiment.in_process else "torch_trainer",
+        schema.TRIAL_RUNNER_TAG: experiment.runner,
     }
 
 

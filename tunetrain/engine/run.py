@@ -32,6 +32,7 @@ from tunetrain.trial import (
     remove_train_copies,
     run_trial,
     run_trial_in_process,
+    run_trial_on_group,
     trial_dirname,
 )
 
@@ -208,9 +209,9 @@ def run_sweep(
             deterministic=exp.deterministic,
             initial_checkpoint=plan.initial_checkpoint,
             objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
-            # A multi-worker trial restarts its workers through Ray Train (same Train run);
-            # an in-process trial is restarted by Tune (below).
-            max_failures=0 if exp.in_process else exp.max_failures,
+            # A TorchTrainer trial restarts its workers through Ray Train (same Train run);
+            # an in-process or worker-group trial is restarted by Tune (below).
+            max_failures=0 if exp.reuses_trial_process else exp.max_failures,
             # Trials that ended before a crash, which Tune's last saved state still had running.
             finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
         )
@@ -218,6 +219,16 @@ def run_sweep(
             # The trial itself trains: it holds the worker's resources, and Tune reuses its
             # process for the next trial (no start-up per trial).
             trainable = tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
+        elif exp.runner == "worker_group":
+            # The trial's placement group: its own token bundle, then one per worker, placed
+            # by the experiment's strategy; Tune reuses the process (and its workers) for
+            # the next trial of the same shape.
+            assert isinstance(exp.workers_per_trial, int)  # a fixed number: Experiment.runner
+            bundles = [DRIVER_RESOURCES] + [exp.worker_resources] * exp.workers_per_trial
+            trainable = tune.with_resources(
+                tune.with_parameters(run_trial_on_group, spec=spec),
+                tune.PlacementGroupFactory(bundles, strategy=exp.placement_strategy),
+            )
         else:
             trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
         limited = exp.searcher not in ("random", "grid")
@@ -237,14 +248,14 @@ def run_sweep(
             time_budget_s=exp.stop.time_budget_s,
             trial_name_creator=TrialNamer(first),
             trial_dirname_creator=trial_dirname,
-            reuse_actors=exp.in_process,
+            reuse_actors=exp.reuses_trial_process,
         )
         run_config = tune.RunConfig(
             name=plan.sweep_name,
             storage_path=plan.storage_path,
             stop=stopper,
             callbacks=[callback],
-            failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.in_process else 0),
+            failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.reuses_trial_process else 0),
             # Every trial's checkpoints are Tune's (see tunetrain/trial/), kept by the policy;
             # under PBT all of them: a recipient may restore any donor's at any time.
             checkpoint_config=tune.CheckpointConfig(

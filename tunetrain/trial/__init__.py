@@ -14,7 +14,9 @@ Two runners, one train loop:
   local-mode utilities (what ``TorchTrainer`` itself uses for ``num_workers=0``) with the
   report path bridged to Tune, so ``ray.train.report``, ``get_checkpoint``, ``get_context``
   and ``ray.train.torch.prepare_*`` behave as on a one-worker TorchTrainer, without its
-  controller and worker actors (~20 s per trial on 2 CPUs).
+  controller and worker actors.
+* :func:`run_trial_on_group` runs a fixed multi-worker trial on worker actors (and a torch
+  process group) that the reused trial process keeps from trial to trial.
 """
 
 from tunetrain.trial._common import (
@@ -33,6 +35,7 @@ from tunetrain.trial._common import (
     trial_seed,
     worst_for_diverged,
 )
+from tunetrain.trial._group import run_trial_on_group
 from tunetrain.trial._in_process import run_trial_in_process
 from tunetrain.trial._torch_trainer import run_trial
 
@@ -48,6 +51,7 @@ __all__ = [
     "remove_train_copies",
     "run_trial",
     "run_trial_in_process",
+    "run_trial_on_group",
     "trial_dirname",
     "trial_index",
     "trial_name",
