@@ -317,14 +317,14 @@ def loop(config):
             total += loss.item()
         context = ray.train.get_context()
         metrics = {"loss": total, "restored": float(restored), "rank": context.get_world_rank(),
-                   "world_size": context.get_world_size(), "seed": get_context().worker_seed}
+                   "world_size": context.get_world_size(), "seed": get_context().worker_seed, "worker_pid": os.getpid()}
         with tempfile.TemporaryDirectory() as folder:
             torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
 experiment = Experiment(
-    name="parity", train_loop=loop, space={"lr": tune.grid_search([0.3, 0.01, 0.1])}, metric="loss", mode="min",
+    name="parity", train_loop=loop, space={"lr": tune.grid_search([0.3, 0.01, 0.1, 0.03])}, metric="loss", mode="min",
     scheduler="asha", scheduler_options={"grace_period": 1, "reduction_factor": 2}, searcher="random",
     num_samples=1, max_concurrent=1, stop=StopRule(max_iterations=6), seed=7,
     checkpoint=CheckpointPolicy(num_to_keep=None),
@@ -333,22 +333,29 @@ experiment = Experiment(
 
 
 @pytest.mark.slow
-def test_in_process_and_torch_trainer_trials_behave_identically(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("workers", "runner"), [(1, "in_process"), (2, "worker_group")])
+def test_reused_trial_processes_and_torch_trainer_trials_behave_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, runner: str
 ) -> None:
+    """4 trials one after another, each on the reused process (and, for 2 workers, the reused
+    worker group), and each on a fresh TorchTrainer: the same records."""
     path = write_experiment(tmp_path, PARITY)
     recorded: dict[str, dict[int, Any]] = {}
-    for runner in ("in_process", "torch_trainer"):
-        folder = tmp_path / runner
+    pids: dict[str, dict[int, set[float]]] = {}
+    for used in (runner, "torch_trainer"):
+        folder = tmp_path / used
         folder.mkdir()
         monkeypatch.chdir(folder)
-        status, out = run_cli("sweep", str(path), "--trial-runner", runner, "--no-report")
+        status, out = run_cli(
+            "sweep", str(path), "--trial-runner", used, "--workers-per-trial", str(workers), "--no-report"
+        )
         assert status == 0, out
         client, parent, children = sweep_runs(folder, "parity")
-        assert parent.data.tags["tunetrain.trial_runner"] == runner
-        recorded[runner] = {
+        assert parent.data.tags["tunetrain.trial_runner"] == used
+        recorded[used] = {
             int(run.data.tags["tunetrain.trial_index"]): (
                 run.data.tags["tunetrain.status"],
+                run.data.tags["tunetrain.seed"],
                 {
                     key: [
                         (m.step, m.value)
@@ -365,12 +372,27 @@ def test_in_process_and_torch_trainer_trials_behave_identically(
             )
             for run in children
         }
-    fast, trainer = recorded["in_process"], recorded["torch_trainer"]
+        pids[used] = {
+            int(run.data.tags["tunetrain.trial_index"]): {
+                m.value for m in client.get_metric_history(run.info.run_id, "worker_pid")
+            }
+            for run in children
+        }
+    fast, trainer = recorded[runner], recorded["torch_trainer"]
     # Same seeds, same data order, same model: every metric of every step is identical, ASHA
-    # stops the same trials at the same rungs, and the same steps are checkpointed.
+    # stops the same trials at the same rungs, and the same steps are checkpointed. So each
+    # trial on the reused process or group started fresh: its history is that of the same
+    # config and seed on a new TorchTrainer.
     assert fast == trainer
+    assert len(fast) == 4 and all(dict(history)["world_size"][0][1] == workers for _, _, history, _ in fast.values())
+    # Each trial had its own seed (as recorded), and rank 0's worker seed differs per trial.
+    assert len({seed for _, seed, _, _ in fast.values()}) == 4
+    assert len({history["seed"][0][1] for _, _, history, _ in fast.values()}) == 4
     # ASHA did stop a trial early (so the comparison covers a scheduler decision).
-    assert "stopped_early" in {status for status, _, _ in fast.values()}
+    assert "stopped_early" in {status for status, _, _, _ in fast.values()}
+    # The reused runner ran every trial's rank 0 in one process; the TorchTrainer in a new one each.
+    assert len(set().union(*pids[runner].values())) == 1, pids[runner]
+    assert len(set().union(*pids["torch_trainer"].values())) == 4, pids["torch_trainer"]
 
 
 def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
