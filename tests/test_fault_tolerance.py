@@ -81,16 +81,28 @@ def child_runs(tracking_uri: str, experiment: str) -> tuple[MlflowClient, list]:
 
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize(
-    ("workers", "victim"),
-    [(1, 0), (2, 1)],
-    ids=["in_process-trial-killed", "torch_trainer-rank1-killed"],
+    ("workers", "victim", "runner"),
+    [(1, 0, "in_process"), (2, 1, "worker_group"), (2, 1, "torch_trainer")],
+    ids=["in_process-trial-killed", "worker_group-rank1-killed", "torch_trainer-rank1-killed"],
 )
-def test_a_worker_killed_mid_trial_restarts_from_its_checkpoint(workdir: Path, workers: int, victim: int) -> None:
+def test_a_worker_killed_mid_trial_restarts_from_its_checkpoint(
+    workdir: Path, workers: int, victim: int, runner: str
+) -> None:
     path = write_experiment(workdir, KILLED)
     status, out = run_cli(
-        "sweep", str(path), "--workers-per-trial", str(workers), "--set", f"victim={victim}", "--no-report"
+        "sweep",
+        str(path),
+        "--workers-per-trial",
+        str(workers),
+        "--trial-runner",
+        runner,
+        "--set",
+        f"victim={victim}",
+        "--no-report",
     )
     assert status == 0, out
+    # The second trial ran after the first one's group was broken (and rebuilt), and was
+    # killed and restarted in turn.
     # Both trials' workers were killed once (the markers exist).
     assert sorted(p.name for p in (workdir / "marks").iterdir()) == ["killed-1", "killed-2"]
     client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "killed")
