@@ -92,10 +92,10 @@ def test_a_healthy_experiment_passes_every_check(workdir: Path) -> None:
     status, plan = run_cli("sweep", str(workdir / "exp.py"), "--dry-run", "--workers-per-trial", "2")
     assert status == 0, plan
     assert "Estimate: none. The newest smoke run, " in plan and "ran 1 worker(s) per trial (in_process)" in plan
-    assert "this sweep runs 2 worker(s) per trial (torch_trainer)" in plan and "CPU-hours" not in plan
+    assert "this sweep runs 2 worker(s) per trial (worker_group)" in plan and "CPU-hours" not in plan
     # ... and --estimate refuses it with that reason and the fix.
     status, plan = run_cli("sweep", str(workdir / "exp.py"), "--estimate", "--workers-per-trial", "2")
-    assert status == 2 and "with 2 worker(s) per trial (torch_trainer)" in plan, plan
+    assert status == 2 and "with 2 worker(s) per trial (worker_group)" in plan, plan
     assert "--smoke` first with the sweep's --workers-per-trial" in plan, plan
 
 

@@ -142,15 +142,19 @@ def test_an_out_of_memory_trial_ends_as_oom_and_the_sweep_goes_on(workdir: Path)
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_two_worker_trial_out_of_memory_is_oom_and_the_worst_value_for_the_searcher(workdir: Path) -> None:
+@pytest.mark.parametrize("runner", ["worker_group", "torch_trainer"])
+def test_a_two_worker_trial_out_of_memory_is_oom_and_the_worst_value_for_the_searcher(
+    workdir: Path, runner: str
+) -> None:
     from mlflow.tracking import MlflowClient
     from ray import tune
 
     from tests.conftest import run_cli, write_experiment
 
-    # Only the trial that runs out of memory, on two workers (a TorchTrainer over gloo).
+    # Only the trial that runs out of memory, on two workers (over gloo).
     body = OOM.replace("tune.grid_search([8, 128])", "tune.grid_search([128])")
-    status, out = run_cli("sweep", str(write_experiment(workdir, body)), "--workers-per-trial", "2", "--no-report")
+    path = str(write_experiment(workdir, body))
+    status, out = run_cli("sweep", path, "--workers-per-trial", "2", "--trial-runner", runner, "--no-report")
     assert status == 1, out  # exit 1: no trial completed (the only one ran out of memory)
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("oom")

@@ -42,12 +42,15 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from tunetrain import _internals
 from tunetrain.trial._common import (
     NODES_KEY,
+    OOM_KEY,
     TrialSpec,
     headline,
+    oom_in_error,
     this_node,
     trial_index,
     worker_main,
     worst_for_diverged,
+    worst_values,
 )
 
 _LocalTrainFnUtils: Any = _internals.train_fn_utils_base()
@@ -345,7 +348,14 @@ def run_trial_on_group(config: dict[str, Any], spec: TrialSpec) -> None:
             except Exception as exc:
                 # A rank raised or its process died: the others may wait in a collective for
                 # it; the group goes, and Tune restarts the trial (max_failures) on a new one.
+                stopped = False
                 _drop_group()
+                oom = oom_in_error(str(exc)) if spec.objectives else None
+                if oom is not None:
+                    # As with a TorchTrainer: the scheduler and searcher see the worst value,
+                    # and the sweep records the trial as "oom".
+                    tune.report({**worst_values(spec.objectives), OOM_KEY: oom})
+                    return
                 raise RuntimeError(f"rank {rank}: {headline(exc)}") from exc
         stopped = False
     finally:
