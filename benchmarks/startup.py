@@ -1,6 +1,6 @@
 """Target 1, trial start-up: from a trial's start to its first report, minus the first
-iteration's compute, for tunetrain's single-worker (in-process) and 2-worker (TorchTrainer)
-trials against the naive nested-TorchTrainer pattern (a Tune function that builds a
+iteration's compute, for tunetrain's single-worker (in-process) and 2-worker (reused worker
+group, and a TorchTrainer per trial) trials against the naive nested-TorchTrainer pattern (a Tune function that builds a
 TorchTrainer with TuneReportCallback and calls fit(), everything at Ray's defaults).
 
 Both sides measure the same two events: Tune's ``on_trial_start`` (tunetrain records it as
@@ -26,10 +26,11 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
         num_samples=params["trials"],
         max_concurrent=1,
         workers_per_trial=params["workers"],
+        trial_runner=params.get("runner", "auto"),
         overrides={"iterations": 2, "compute_s": 0.2},
     )
     startups = []
-    for run in c.child_runs("bench_busy"):
+    for run in sorted(c.child_runs("bench_busy"), key=lambda r: int(r.data.tags["tunetrain.trial_index"])):
         first_report = c.metric_history(run.info.run_id, "t_report")[0].value
         compute = c.metric_history(run.info.run_id, "compute_s")[0].value
         startups.append(first_report - run.info.start_time / 1000 - compute)
@@ -98,34 +99,58 @@ def main() -> None:
     trials = 1 if args.smoke else max(3, args.repeats)
     rows = []
     medians: dict[tuple[str, int], float] = {}
-    for workers in (1,) if args.smoke else (1, 2):
-        for arm in ("naive", "tunetrain"):
-            result = c.run_arm(
-                "startup.py", arm, {"trials": trials, "workers": workers}, workdir=root / f"{arm}{workers}"
-            )
-            medians[arm, workers] = c.median(result["startups"])
-            label = (
-                "naive nested TorchTrainer"
-                if arm == "naive"
-                else "tunetrain " + ("in process" if workers == 1 else "TorchTrainer")
-            )
-            rows.append(
-                [f"{workers}", label, trials, medians[arm, workers], min(result["startups"]), max(result["startups"])]
-            )
-    one, two = medians["tunetrain", 1], medians.get(("tunetrain", 2), float("nan"))
-    ratio = {w: medians.get(("tunetrain", w), float("nan")) / medians.get(("naive", w), float("nan")) for w in (1, 2)}
+    later: dict[tuple[str, int], float] = {}  # trials after the first one (a warm slot)
+    arms = [(1, "naive", "auto"), (1, "tunetrain", "auto")]
+    if not args.smoke:
+        arms += [(2, "naive", "auto"), (2, "tunetrain", "torch_trainer"), (2, "tunetrain", "worker_group")]
+    labels = {
+        "naive": "naive nested TorchTrainer",
+        "auto": "tunetrain in process",
+        "torch_trainer": "tunetrain TorchTrainer",
+        "worker_group": "tunetrain worker group",
+    }
+    for workers, arm, runner in arms:
+        key = arm if arm == "naive" else runner
+        result = c.run_arm(
+            "startup.py",
+            arm,
+            {"trials": trials, "workers": workers, "runner": runner},
+            workdir=root / f"{key}{workers}",
+        )
+        startups = result["startups"]
+        medians[key, workers] = c.median(startups)
+        later[key, workers] = c.median(startups[1:]) if len(startups) > 1 else float("nan")
+        rows.append(
+            [f"{workers}", labels[key], trials, startups[0], later[key, workers], medians[key, workers], max(startups)]
+        )
+    one = medians["auto", 1]
+    two_first = medians.get(("worker_group", 2), float("nan"))
+    two_later = later.get(("worker_group", 2), float("nan"))
+    first_group = rows[-1][3] if not args.smoke else float("nan")
+    first_trainer = rows[-2][3] if not args.smoke else float("nan")
+    ratio = {
+        w: medians.get(("auto" if w == 1 else "worker_group", w), float("nan"))
+        / medians.get(("naive", w), float("nan"))
+        for w in (1, 2)
+    }
+    met = one <= 1.0 and two_later <= 1.0 and first_group <= first_trainer * 1.1
     print(
         c.section(
             title="1. Trial start-up",
             command="python benchmarks/startup.py",
-            target="<= 1 s for single-worker trials, <= 8 s for 2-worker DDP trials "
-            "(start to first report, minus the first iteration's compute)",
-            headers=["workers", "pattern", "trials", "median s", "min s", "max s"],
+            target="<= 1 s for single-worker trials; 2-worker trials after a slot's first <= 1 s, the first "
+            "no slower than a TorchTrainer trial (start to first report, minus the first iteration's compute)",
+            headers=["workers", "pattern", "trials", "first s", "later median s", "median s", "max s"],
             rows=rows,
-            verdict=c.verdict(one <= 1.0 and two <= 8.0, f"1 worker {one:.2f} s, 2 workers {two:.2f} s")
+            verdict=c.verdict(
+                met,
+                f"1 worker {one:.2f} s; 2 workers (worker group) first {first_group:.2f} s against the "
+                f"TorchTrainer's {first_trainer:.2f} s, later {two_later:.2f} s (median {two_first:.2f} s)",
+            )
             + f" Ratio to the naive pattern: 1 worker {ratio[1]:.3f}x, 2 workers {ratio[2]:.3f}x.",
             notes="Trials run one at a time (`--max-concurrent 1`), 2 iterations of 0.2 s CPU each. The first trial of "
-            "each arm includes Ray's cold worker start.",
+            "each arm includes Ray's cold worker start (and, for the worker group, starting its workers and "
+            "the torch process group); the later ones reuse the trial process (and its group).",
         )
     )
 
