@@ -78,7 +78,9 @@ ARMS = {"tunetrain": tunetrain_arm, "tune": tune_arm}
 
 
 def main() -> None:
-    args = c.parser(__doc__ or "").parse_args()
+    parser = c.parser(__doc__ or "")
+    parser.add_argument("--workers", type=int, choices=(1, 2), help="only the arms with this many workers per trial")
+    args = parser.parse_args()
     if c.arm_main(ARMS, args):
         return
     root = c.work_root("efficiency")
@@ -89,6 +91,8 @@ def main() -> None:
     else:
         cases = [("tunetrain", 1, 40, 20, 1.0), ("tune", 1, 40, 20, 1.0), ("tunetrain", 2, 6, 20, 1.0)]
         repeats = args.repeats
+    if args.workers:
+        cases = [case for case in cases if case[1] == args.workers]
     rows = []
     found: dict[tuple[str, int], float] = {}
     for arm, workers, trials, iterations, compute_s in cases:
@@ -114,7 +118,7 @@ def main() -> None:
                 found[arm, workers],
             ]
         )
-    one = found["tunetrain", 1]
+    one = found.get(("tunetrain", 1), float("nan"))
     two = found.get(("tunetrain", 2))
     print(
         c.section(
@@ -130,7 +134,9 @@ def main() -> None:
                 f"median efficiency ({cpus} CPUs)",
             ],
             rows=rows,
-            verdict=c.verdict(one >= 0.85, f"single-worker {one:.3f} (plain Ray Tune {found['tune', 1]:.3f})")
+            verdict=c.verdict(
+                one >= 0.85, f"single-worker {one:.3f} (plain Ray Tune {found.get(('tune', 1), float('nan')):.3f})"
+            )
             + (f" 2-worker trials: {two:.3f}." if two is not None else ""),
             notes="ASHA (grace 1, reduction factor 2) stops most trials after 1-4 iterations, so per-trial start-up "
             "and bookkeeping weigh heavily. 2-worker trials run one at a time on 2 CPUs and pay a TorchTrainer's "
