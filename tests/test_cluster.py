@@ -199,10 +199,13 @@ experiment = Experiment(
 )
 """
 
-# Single-worker and two-worker (SPREAD) trials that report the rank count. TorchTrainer trials
-# even for one worker: in process, Tune reuses its first trial actor for trials this short, and
-# all four can run on one node.
+# Single-worker and two-worker (SPREAD) trials that report the rank count, with a checkpoint
+# each step. TorchTrainer trials for one worker: in process, Tune reuses its first trial actor
+# for trials this short, and all four can run on one node.
 PLACED = """
+import os
+import tempfile
+
 import ray.train
 from ray import tune
 from tunetrain import Experiment, StopRule
@@ -210,7 +213,11 @@ from tunetrain import Experiment, StopRule
 
 def loop(config):
     for step in range(3):
-        ray.train.report({"loss": config["x"] / (step + 1), "world_size": ray.train.get_context().get_world_size()})
+        metrics = {"loss": config["x"] / (step + 1), "world_size": ray.train.get_context().get_world_size()}
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step.txt"), "w") as f:
+                f.write(str(step))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
 experiment = Experiment(
@@ -263,7 +270,9 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     nodes = {r.data.tags["tunetrain.node_ids"] for r in runs}
     assert len(nodes) == 2, nodes  # each trial ran on one node, and both nodes ran some
 
-    # A two-worker trial placed with SPREAD has one worker on each node.
+    # A two-worker trial placed with SPREAD has one worker on each node (on a worker group:
+    # rank 0's checkpoints are handed over through the storage when the trial's own process
+    # runs on the other node).
     spread = finish(
         tunetrain(
             cluster,
@@ -272,6 +281,8 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
             *common,
             "--workers-per-trial",
             "2",
+            "--trial-runner",
+            "worker_group",
             "--placement-strategy",
             "SPREAD",
             "--num-samples",
@@ -287,6 +298,7 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     (spread_parent,) = client.search_runs([exp.experiment_id], "tags.`tunetrain.sweep_name` = 'spread'")
     (spread_run,) = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{spread_parent.info.run_id}'")
     assert len(set(spread_run.data.tags["tunetrain.node_ids"].split(","))) == 2
+    assert spread_run.data.tags["tunetrain.status"] == "completed" and spread_run.data.tags["tunetrain.checkpoint.best"]
     # Checkpoints and sweep state went to the shared storage, not a driver-local default.
     assert not (cluster.folder / "tunetrain_results" / "spread").exists()
 

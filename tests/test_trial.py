@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -40,3 +41,21 @@ def test_derived_seeds_are_stable_and_distinct() -> None:
     # Neighbours differ.
     assert len({derive_seed(0, i) for i in range(100)}) == 100
     assert derive_seed(0, 1) != derive_seed(1, 1)
+
+
+def test_a_checkpoint_handed_over_from_another_node_is_a_copy_in_the_sweeps_storage(tmp_path: Path) -> None:
+    import ray.train
+
+    from tunetrain.trial._group import _hand_over
+
+    # What rank 0 does when the trial's own process runs on another node: its loop's folder
+    # (on its own disk) is copied into the storage, which the trial's process reads.
+    loop_folder = tmp_path / "loop"
+    (loop_folder / "sub").mkdir(parents=True)
+    (loop_folder / "sub" / "model.pt").write_bytes(b"weights")
+    handed = _hand_over(ray.train.Checkpoint.from_directory(str(loop_folder)), str(tmp_path / "storage" / "t-handover"))
+    copy = Path(handed.path)
+    assert copy.parent == tmp_path / "storage" / "t-handover"
+    assert (copy / "sub" / "model.pt").read_bytes() == b"weights"
+    handed.filesystem.delete_dir(handed.path)  # what the trial's process does once Tune copied it
+    assert not copy.exists() and (loop_folder / "sub" / "model.pt").exists()

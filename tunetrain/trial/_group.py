@@ -31,6 +31,7 @@ import datetime
 import gc
 import os
 import socket
+import uuid
 from typing import Any
 
 import ray
@@ -128,16 +129,46 @@ class _GroupTrainFnUtils(_LocalTrainFnUtils):
     """Train V2's utilities for one rank of the group: its context (ranks and sizes as Train
     would give them), reports through the mailbox, collectives on torch's process group."""
 
-    def __init__(self, *, experiment_name: str, ranks: dict[str, int], mailbox: Any, start: Any) -> None:
+    def __init__(
+        self, *, experiment_name: str, ranks: dict[str, int], mailbox: Any, start: Any, hand_over_to: str | None
+    ) -> None:
         super().__init__(experiment_name=experiment_name, **ranks)
         self._rank = ranks["world_rank"]
         self._mailbox = mailbox
         self._start = start
+        self._hand_over_to = hand_over_to
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
-        item = (dict(metrics), checkpoint) if self._rank == 0 else None
+        item = None
+        if self._rank == 0:
+            handed_over = checkpoint is not None and self._hand_over_to is not None
+            if checkpoint is not None and self._hand_over_to is not None:
+                checkpoint = _hand_over(checkpoint, self._hand_over_to)
+            item = (dict(metrics), checkpoint, handed_over)
         if not ray.get(self._mailbox.report.remote(self._rank, item)):
             raise _Stopped()
+
+
+def _storage_fs(storage_path: str) -> tuple[Any, str]:
+    import pyarrow.fs
+
+    if "://" in storage_path:
+        return pyarrow.fs.FileSystem.from_uri(storage_path)
+    return pyarrow.fs.LocalFileSystem(), storage_path
+
+
+def _hand_over(checkpoint: Any, folder: str) -> Any:
+    """A copy of rank 0's checkpoint under ``folder`` in the sweep's storage, which the trial's
+    process can read when it runs on another node (the loop's folder is on rank 0's disk);
+    the trial's process deletes it once Tune has copied it (as Train uploads a worker's
+    checkpoint to storage before its controller hands it on)."""
+    import pyarrow.fs
+
+    fs, root = _storage_fs(folder)
+    target = f"{root}/{uuid.uuid4().hex}"
+    fs.create_dir(target, recursive=True)
+    pyarrow.fs.copy_files(checkpoint.path, target, source_filesystem=checkpoint.filesystem, destination_filesystem=fs)
+    return ray.train.Checkpoint(target, filesystem=fs)
 
     def get_checkpoint(self) -> Any:
         return self._start  # as on a Train worker: the checkpoint the run started from
@@ -207,10 +238,18 @@ class _Worker:
         dist.all_reduce(one)
         return int(one.item()) == self._ranks["world_size"]
 
-    def run(self, spec: TrialSpec, config: dict[str, Any], name: str, start: Any, mailbox: Any) -> str:
+    def run(
+        self, spec: TrialSpec, config: dict[str, Any], name: str, start: Any, mailbox: Any, driver_node: str
+    ) -> str:
         index = trial_index(name)
+        # Rank 0 on another node than the trial's process hands its checkpoints over through
+        # the sweep's storage; on the same node the loop's own folder is read directly.
+        here = ray.get_runtime_context().get_node_id()
+        hand_over_to = f"{spec.storage_path}/{name}-handover" if here != driver_node else None
         _internals.set_train_fn_utils(
-            _GroupTrainFnUtils(experiment_name=name, ranks=self._ranks, mailbox=mailbox, start=start)
+            _GroupTrainFnUtils(
+                experiment_name=name, ranks=self._ranks, mailbox=mailbox, start=start, hand_over_to=hand_over_to
+            )
         )
         loop = worker_main(
             spec.train_loop,
@@ -324,7 +363,8 @@ def run_trial_on_group(config: dict[str, Any], spec: TrialSpec) -> None:
     group = _group_for(spec)
     ray.get(group.mailbox.reset.remote())
     start = spec.start_checkpoint()
-    runs = {w.run.remote(spec, config, name, start, group.mailbox): rank for rank, w in enumerate(group.workers)}
+    here = ray.get_runtime_context().get_node_id()
+    runs = {w.run.remote(spec, config, name, start, group.mailbox, here): rank for rank, w in enumerate(group.workers)}
     waiting = group.mailbox.next.remote()
     nodes: list[dict[str, Any]] | None = group.nodes  # sent with the trial's first report
     stopped = True  # until every rank's loop has returned
@@ -332,13 +372,18 @@ def run_trial_on_group(config: dict[str, Any], spec: TrialSpec) -> None:
         while runs:
             ready, _ = ray.wait([waiting, *runs], num_returns=1)
             if ready[0] is waiting:
-                metrics, checkpoint = ray.get(waiting)
+                metrics, checkpoint, handed_over = ray.get(waiting)
                 if checkpoint is not None:  # Tune copies it into the trial's storage before report returns
                     checkpoint = tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem)
                 metrics = worst_for_diverged(metrics, spec.objectives)
                 if nodes is not None:
                     metrics[NODES_KEY], nodes = nodes, None
-                tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
+                try:
+                    tune.report(metrics, checkpoint=checkpoint)  # raises SystemExit when Tune stops the trial
+                finally:
+                    if handed_over:  # Tune has its own copy now
+                        with contextlib.suppress(OSError):
+                            checkpoint.filesystem.delete_dir(checkpoint.path)
                 group.mailbox.answer.remote(True)
                 waiting = group.mailbox.next.remote()
                 continue
