@@ -139,8 +139,8 @@ def main() -> None:
             )
             + (f" 2-worker trials: {two:.3f}." if two is not None else ""),
             notes="ASHA (grace 1, reduction factor 2) stops most trials after 1-4 iterations, so per-trial start-up "
-            "and bookkeeping weigh heavily. 2-worker trials run one at a time on 2 CPUs on the reused worker group, which "
-            "only the first trial starts (see target 1).",
+            "and bookkeeping weigh heavily. 2-worker trials run one at a time on 2 CPUs on the reused worker "
+            "group, which only the first trial starts (see target 1).",
         )
     )
 
