@@ -3,6 +3,7 @@ trials a scheduler stopped before they ended, which PBT exploits happened."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,7 @@ class RecordsExploits(_internals.RecordsExploits, _RecordsDecisions):
                 "donor_id": donor.trial_id,
                 "step": step,
                 "donor_step": donor_step,
+                "at": time.time(),  # when the exploit was decided (wall clock)
                 "old": {key: flat_old.get(key) for key in keys},
                 "new": {key: flat_new.get(key) for key in keys},
                 "config": dict(trial.config),

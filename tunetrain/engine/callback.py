@@ -225,6 +225,7 @@ class SweepCallback(tune.Callback):
                 "donor": donor.name,
                 "donor_run_id": self.recorder.run_id(donor.name),
                 "donor_step": exploit["donor_step"],
+                "at": exploit["at"],
                 "old": exploit["old"],
                 "new": exploit["new"],
             }
