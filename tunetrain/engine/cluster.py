@@ -81,6 +81,11 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     # keeps the record right either way, see docs/fault_tolerance.md). Once a second bounds
     # both the redone work and the cost of saving (a few ms for a hundred trials).
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    # Tune writes every result of every trial again to its own CSV, JSON and TensorBoard files
+    # (the last fsynced at each flush) in the driver: MLflow already holds each metric at each
+    # step. Measured on 2 CPUs, 300 trials of 3 reports: 37.7 s of sweep with them, 29.0 s
+    # without. Ray's switch; `TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0` brings them back.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     _route_ray_logging(log_dir / "ray_driver.log")  # for what ray.init itself logs
     if address is not None:
         use_cluster_token()
