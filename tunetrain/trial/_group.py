@@ -148,6 +148,24 @@ class _GroupTrainFnUtils(_LocalTrainFnUtils):
         if not ray.get(self._mailbox.report.remote(self._rank, item)):
             raise _Stopped()
 
+    def get_checkpoint(self) -> Any:
+        return self._start  # as on a Train worker: the checkpoint the run started from
+
+    def is_distributed(self) -> bool:
+        return True
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def broadcast_from_rank_zero(self, data: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [data]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
 
 def _storage_fs(storage_path: str) -> tuple[Any, str]:
     import pyarrow.fs
@@ -169,24 +187,6 @@ def _hand_over(checkpoint: Any, folder: str) -> Any:
     fs.create_dir(target, recursive=True)
     pyarrow.fs.copy_files(checkpoint.path, target, source_filesystem=checkpoint.filesystem, destination_filesystem=fs)
     return ray.train.Checkpoint(target, filesystem=fs)
-
-    def get_checkpoint(self) -> Any:
-        return self._start  # as on a Train worker: the checkpoint the run started from
-
-    def is_distributed(self) -> bool:
-        return True
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    def broadcast_from_rank_zero(self, data: Any) -> Any:
-        import torch.distributed as dist
-
-        box = [data]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
 
 @ray.remote
