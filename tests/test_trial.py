@@ -59,3 +59,21 @@ def test_a_checkpoint_handed_over_from_another_node_is_a_copy_in_the_sweeps_stor
     assert (copy / "sub" / "model.pt").read_bytes() == b"weights"
     handed.filesystem.delete_dir(handed.path)  # what the trial's process does once Tune copied it
     assert not copy.exists() and (loop_folder / "sub" / "model.pt").exists()
+
+
+def test_a_group_ranks_train_utilities_give_its_start_checkpoint_ranks_and_collectives() -> None:
+    import ray.train
+
+    from tunetrain.trial._group import _GroupTrainFnUtils
+
+    # What ray.train.get_checkpoint/get_context/barrier reach on a worker-group rank.
+    start = ray.train.Checkpoint("/somewhere/checkpoint_000002")
+    ranks = {"world_size": 2, "world_rank": 1, "local_rank": 1, "local_world_size": 2, "node_rank": 0}
+    utils = _GroupTrainFnUtils(experiment_name="t", ranks=ranks, mailbox=None, start=start, hand_over_to=None)
+    assert utils.get_checkpoint() is start  # a restored trial's loop starts from it
+    assert utils.is_distributed()
+    context = utils.get_context()
+    assert (context.get_world_size(), context.get_world_rank(), context.get_local_rank()) == (2, 1, 1)
+    # Collectives go through torch's process group, not local mode's no-ops.
+    assert type(utils).barrier is not type(utils).__mro__[1].barrier
+    assert type(utils).broadcast_from_rank_zero is not type(utils).__mro__[1].broadcast_from_rank_zero
