@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,13 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     return {"slope": slope, "peak": peak}
 
 
-def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
+def run_plain_tune(trial: Callable[[dict[str, Any]], None], trials: int) -> tuple[float, list[Any], list[float]]:
+    """Plain Ray Tune (reused actors, 1 CPU per trial, no tracking, random ``x``) running
+    ``trials`` of ``trial`` with the driver's RSS sampled: (Tuner.fit seconds, RSS samples,
+    the trials' end times)."""
     import ray
     from ray import tune
 
-    burn = c.busy_module().burn
     ray.init(log_to_driver=False, include_dashboard=False)
     ends: list[float] = []
 
@@ -82,17 +85,28 @@ def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             ends.append(time.time())
 
-    def trial(config: dict[str, Any]) -> None:
-        tune.report({"loss": config["x"], "compute_s": burn(0.02)})
-
     sampler = RssSampler()
+    start = time.perf_counter()
     tune.Tuner(
         tune.with_resources(trial, {"CPU": 1}),
         param_space={"x": tune.uniform(0.0, 1.0)},
-        tune_config=tune.TuneConfig(num_samples=params["trials"], reuse_actors=True),
+        tune_config=tune.TuneConfig(num_samples=trials, reuse_actors=True),
         run_config=tune.RunConfig(storage_path=str(Path.cwd() / "tune"), callbacks=[Ends()], verbose=0),
     ).fit()
-    slope, peak = slope_per_100(sampler.stop(), ends)
+    seconds = time.perf_counter() - start
+    return seconds, sampler.stop(), ends
+
+
+def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
+    from ray import tune
+
+    burn = c.busy_module().burn
+
+    def trial(config: dict[str, Any]) -> None:
+        tune.report({"loss": config["x"], "compute_s": burn(0.02)})
+
+    _, samples, ends = run_plain_tune(trial, params["trials"])
+    slope, peak = slope_per_100(samples, ends)
     return {"slope": slope, "peak": peak}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c
-from memory import RssSampler, slope_per_100
+from memory import RssSampler, run_plain_tune, slope_per_100
 
 ITERATIONS, COMPUTE_S = 3, 0.001
 
@@ -44,31 +44,15 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
-    import ray
     from ray import tune
 
     burn = c.busy_module().burn
-    ray.init(log_to_driver=False, include_dashboard=False)
-    ends: list[float] = []
-
-    class Ends(tune.Callback):
-        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            ends.append(time.time())
 
     def trial(config: dict[str, Any]) -> None:
         for step in range(ITERATIONS):
             tune.report({"loss": config["x"] + 1.0 / (step + 1), "compute_s": burn(COMPUTE_S)})
 
-    sampler = RssSampler()
-    start = time.perf_counter()
-    tune.Tuner(
-        tune.with_resources(trial, {"CPU": 1}),
-        param_space={"x": tune.uniform(0.0, 1.0)},
-        tune_config=tune.TuneConfig(num_samples=params["trials"], reuse_actors=True),
-        run_config=tune.RunConfig(storage_path=str(Path.cwd() / "tune"), callbacks=[Ends()], verbose=0),
-    ).fit()
-    seconds = time.perf_counter() - start
-    samples = sampler.stop()
+    seconds, samples, ends = run_plain_tune(trial, params["trials"])
     slope, peak = slope_per_100(samples, ends)
     return {"wall": seconds, "slope": slope, "peak": peak, "first": samples[0][1] if samples else 0.0}
 

@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import ray.train
 from ray import tune
 
-from tunetrain import Experiment, StopRule
+from tunetrain import Experiment, StopRule, load_experiment
 
-
-def burn(seconds: float) -> float:
-    """Busy this thread for `seconds` of CPU time (as in busy.py); returns the CPU time used."""
-    start = time.thread_time()
-    x = 1.0
-    while time.thread_time() - start < seconds:
-        for _ in range(2000):
-            x = x * 1.0000001 + 1e-9
-    return time.thread_time() - start
+# busy.py's CPU burner, loaded as tunetrain loads experiments (shipped to workers by value).
+load_experiment(Path(__file__).resolve().parent / "busy.py")
+burn = sys.modules["tunetrain_experiment_busy"].burn
 
 
 def train_loop(config: dict[str, Any]) -> None:
