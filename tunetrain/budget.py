@@ -30,12 +30,13 @@ class Budget:
     text: str
 
 
-def parse_budget(text: str) -> Budget:
-    """``2h``, ``30m``, ``90s`` (wall time) or ``5cpu-h``, ``1.5gpu-h`` (resource hours)."""
-    match = _PATTERN.match(text.lower())
+def parse_budget(text: str, *, flag: str = "--budget") -> Budget:
+    """``2h``, ``30m``, ``90s`` (wall time) or ``5cpu-h``, ``1.5gpu-h`` (resource hours);
+    ``flag`` names the flag (or setting) the text came from in the error."""
+    match = _PATTERN.match(str(text).lower())
     if match is None or float(match.group(1)) <= 0:
         raise ExperimentError(
-            f"--budget must be a positive number with a unit: s, m, h (wall time) or cpu-h, gpu-h, but got {text!r}.",
+            f"{flag} must be a positive number with a unit: s, m, h (wall time) or cpu-h, gpu-h, but got {text!r}.",
             fix="Write it like 2h, 30m, 90s, 5cpu-h or 1.5gpu-h.",
         )
     value, unit = float(match.group(1)), match.group(2)

@@ -34,6 +34,8 @@ def execute(
     budget: Any = None,
     require_estimate: bool = False,
     resume: Any = None,
+    confirm_above: str | None = None,
+    yes: bool = False,
     recorder: Callable[..., Any] | None = None,
     view: Callable[..., Any] | None = None,
 ) -> SweepResult:
@@ -101,6 +103,8 @@ def execute(
             storage_path=plan.sweep_dir,
             plan=plan,
         )
+    if resume is None:  # a resumed sweep was consented to when it started
+        plan = dataclasses.replace(plan, consent=_consent(plan, confirm_above=confirm_above, yes=yes, stream=stream))
     print(
         f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
         f"metric {experiment.primary_metric} ({experiment.primary_mode}); {store.line()}",
@@ -175,6 +179,31 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
             fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
             "--trial-runner (same --tracking-uri).",
         )
+
+
+def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO) -> str:
+    """``--confirm-above``: ask (or refuse) when the sweep's estimate or budget exceeds the
+    threshold (:mod:`tunetrain.consent`); what is recorded on the parent run."""
+    from tunetrain import consent, estimate, tracking
+    from tunetrain.engine.plan import trial_shape
+
+    experiment = plan.experiment
+    gpus = experiment.max_workers * experiment.worker_resources.get("GPU", 0.0)
+    limit = consent.threshold(confirm_above, gpus_per_trial=gpus)
+    if limit is None:
+        return ""
+    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=trial_shape(experiment))
+    expected = None
+    if smoke is not None:
+        expected = estimate.estimate(
+            experiment, max_concurrent=plan.max_concurrent, startup_s=smoke.startup_s, iteration_s=smoke.iteration_s
+        )
+    reasons = consent.exceeded(limit, estimate=expected, budget=plan.budget)
+    if not reasons:
+        known = "no estimate (no smoke run of this trial shape)" if expected is None else "the estimate"
+        return f"not asked: {known} and the budget are within {limit.budget.text}"
+    details = estimate.describe(experiment, max_concurrent=plan.max_concurrent, smoke=smoke)
+    return consent.obtain(reasons, details=details, yes=yes, stream=stream) + ": " + "; ".join(reasons)
 
 
 def _resumed_plan(plan: Any, resume: Any) -> Any:

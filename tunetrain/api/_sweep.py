@@ -92,6 +92,8 @@ def sweep(
     address: str | None = None,
     name: str | None = None,
     budget: str | None = None,
+    confirm_above: str | None = None,
+    yes: bool = False,
     report: bool = True,
     resume: bool = False,
     dry_run: bool = False,
@@ -111,7 +113,10 @@ def sweep(
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
     state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
     Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that
-    would overrun it. ``resume=True`` continues sweep ``name`` (default: the experiment's
+    would overrun it; ``confirm_above`` (``"10gpu-h"``, ``"2cpu-h"``, ``"1h"``; default
+    ``TUNETRAIN_CONFIRM_ABOVE``, else 10gpu-h for GPU sweeps) asks before a sweep whose
+    estimate or budget exceeds it, and refuses without a terminal unless ``yes``
+    (:mod:`tunetrain.consent`). ``resume=True`` continues sweep ``name`` (default: the experiment's
     newest under ``storage``). ``dry_run`` prints the plan (and a cost estimate after a
     smoke run) and starts nothing. ``recorder`` makes the recorder from
     :class:`tunetrain.tracking.SweepRecorder`'s keywords
@@ -128,6 +133,8 @@ def sweep(
     # The CLI passes what the user typed (--set texts, flag names) for its error messages.
     texts, names_used = _as_typed or ({}, {})
     exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
+    if confirm_above is not None:  # refused now, a dry run too
+        parse_budget(confirm_above, flag="--confirm-above")
     # The journal keeps the overrides as checked (`--set precision=16` is the string '16'),
     # so that a resume rebuilds the same experiment.
     resolved = {**_space.flatten(exp.space), **_space.flatten(exp.defaults)}
@@ -169,6 +176,8 @@ def sweep(
         request=request,
         dry_run=dry_run or require_estimate,
         require_estimate=require_estimate,
+        confirm_above=confirm_above,
+        yes=yes,
         report=report,
         recorder=recorder,
         stream=out,

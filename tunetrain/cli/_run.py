@@ -94,6 +94,14 @@ def sweep_parser(subparsers: Any) -> None:
         "--budget",
         help="stop launching trials once the next would overrun it: wall time (90s, 30m, 2h) or 5cpu-h, 1.5gpu-h",
     )
+    group2.add_argument(
+        "--confirm-above",
+        metavar="COST",
+        help="ask before starting when the estimate (after a --smoke run) or the --budget exceeds this: "
+        "1h, 2cpu-h, 10gpu-h (default: $TUNETRAIN_CONFIRM_ABOVE, else 10gpu-h for GPU sweeps); without a "
+        "terminal the sweep refuses (exit 2) unless --yes",
+    )
+    group2.add_argument("--yes", action="store_true", help="start without asking (see --confirm-above)")
     group3 = parser.add_argument_group("reproducibility")
     group3.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
     group3.add_argument(
@@ -166,6 +174,8 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         config_from=args.config_from,
         **where,
         budget=args.budget,
+        confirm_above=args.confirm_above,
+        yes=args.yes,
         report=not args.no_report,
         resume=args.resume,
         dry_run=args.dry_run,

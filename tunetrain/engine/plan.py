@@ -54,6 +54,9 @@ class SweepPlan:
     # What the sweep was asked (experiment file, changed fields, overrides, where): saved in
     # its journal, from which tunetrain.resume() rebuilds it. None: not rebuildable.
     request: dict[str, Any] | None = None
+    # --confirm-above: how the sweep was consented to ("--yes: ...", "asked: ...", "not
+    # asked: ..."); empty when no threshold applies (or on a resume).
+    consent: str = ""
 
     @property
     def sweep_dir(self) -> str:
@@ -227,6 +230,8 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         schema.HARDWARE_PREFIX + "gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
         schema.HARDWARE_PREFIX + "cuda": provenance.cuda_version() or "none",
     }
+    if plan.consent:
+        tags[schema.CONSENT_TAG] = plan.consent
     if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
         tags[schema.ASHA_RUNGS_TAG], tags[schema.ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
     tags.update({schema.VERSION_PREFIX + name: version for name, version in provenance.package_versions().items()})

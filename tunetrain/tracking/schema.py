@@ -29,6 +29,7 @@ NUM_SAMPLES_TAG = "tunetrain.num_samples"
 ROOT_SEED_TAG = "tunetrain.root_seed"
 DETERMINISTIC_TAG = "tunetrain.deterministic"
 BUDGET_TAG = "tunetrain.budget"
+CONSENT_TAG = "tunetrain.consent"  # --confirm-above: "--yes: <why>", "asked: <why>", "not asked: <why>"
 WORKERS_PER_TRIAL_TAG = "tunetrain.workers_per_trial"  # "2", or "1-4" (elastic)
 TRIAL_RUNNER_TAG = "tunetrain.trial_runner"  # in_process | worker_group | torch_trainer
 MAX_CONCURRENT_TAG = "tunetrain.max_concurrent"
