@@ -55,9 +55,12 @@ def test_consent_is_asked_on_a_terminal_and_refused_without_one() -> None:
     out = io.StringIO()
     reasons = ["the estimate is 3 CPU-h, above 2cpu-h (--confirm-above)"]
     asked: list[str] = []
-    answer = consent.obtain(
-        reasons, details="Estimate: ...", yes=False, stream=out, interactive=True, ask=lambda q: asked.append(q) or "y"
-    )
+
+    def ask(question: str) -> str:
+        asked.append(question)
+        return "y"
+
+    answer = consent.obtain(reasons, details="Estimate: ...", yes=False, stream=out, interactive=True, ask=ask)
     assert answer == "asked" and asked == ["Start it? [y/N] "] and "3 CPU-h" in out.getvalue()
     with pytest.raises(ExperimentError, match="answer was 'n'"):
         consent.obtain(reasons, details="", yes=False, stream=out, interactive=True, ask=lambda q: "n")

@@ -236,12 +236,12 @@ def _set_in_branches(space: dict[str, Any], key: str, value: Any, *, text: str |
     _set_dotted(space, choice_key, kept[0] if len(kept) == 1 else tune.choice(kept))
 
 
-def checked(key: str, value: Any, current: Any, *, text: str | None = None) -> Any:
+def checked(key: str, value: Any, current: Any, *, text: str | None = None, said: str | None = None) -> Any:
     """``value`` for ``key`` where the experiment has ``current`` (a default or a space
     dimension), checked against it: an int stays an int, a bool takes true/false, a string
     takes the text as typed, a pinned choice must be one of its choices, a pinned range
-    holds the value; otherwise ExperimentError naming ``--set KEY=TEXT``."""
-    said = f"--set {key}={text if text is not None else literal_word(value)}"
+    holds the value; otherwise ExperimentError naming ``--set KEY=TEXT`` (or ``said``)."""
+    said = said or f"--set {key}={text if text is not None else literal_word(value)}"
 
     def refuse(rule: str, fix: str) -> ExperimentError:
         return ExperimentError(f"{said}: {rule}, but got {value!r}.", fix=fix)
@@ -303,6 +303,58 @@ def checked(key: str, value: Any, current: Any, *, text: str | None = None) -> A
             f"{key} is a sequence ({current!r})", fix=f"Write a list, e.g. --set {key}={literal_word(current)}."
         )
     return value
+
+
+def centre(value: Any) -> Any:
+    """The middle of a space dimension: of a range its midpoint (geometric for a log scale,
+    rounded to its step, an integer for an integer range), of a choice or a grid its middle
+    value (the first of two)."""
+    if is_grid(value):
+        values = list(value["grid_search"])
+        return values[(len(values) - 1) // 2]
+    categories = getattr(value, "categories", None)
+    if categories is not None:
+        return categories[(len(categories) - 1) // 2]
+    import math
+
+    from ray.tune.search.sample import Integer, LogUniform, Quantized
+
+    sampler = value.get_sampler()
+    step = sampler.q if isinstance(sampler, Quantized) else None
+    inner = sampler.get_sampler() if isinstance(sampler, Quantized) else sampler
+    integer = isinstance(value, Integer)
+    upper = value.upper - 1 if integer and step is None else value.upper  # Tune's randint excludes it
+    if isinstance(inner, LogUniform):
+        middle = math.exp((math.log(value.lower) + math.log(upper)) / 2)
+    else:
+        middle = (value.lower + upper) / 2
+    if step is not None:
+        middle = min(max(round(middle / step) * step, value.lower), value.upper)
+    return round(middle) if integer else float(middle)
+
+
+def baseline_point(space: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline trial's value of every searched dimension (dotted keys): ``given``'s
+    (dotted or nested keys, each checked against its dimension), the :func:`centre` of the
+    others. A key of a pinned dimension (``--set``) is ignored; one the space does not have
+    raises ExperimentError."""
+    searched = {key: value for key, value in iter_leaves(space) if is_distribution(value)}
+    named = flatten(given)
+    unknown = sorted(set(named) - set(flatten(space)))
+    if unknown:
+        raise ExperimentError(
+            f"Experiment.baseline names {unknown[0]!r}, which is not a searched dimension; the searched "
+            f"dimensions are: {', '.join(searched) or '(none)'}.",
+            fix="Give the baseline a value for searched dimensions only (fixed values come from defaults).",
+        )
+    point = {}
+    for key, dimension in searched.items():
+        if key in named:
+            said = f"Experiment.baseline[{key!r}]={named[key]!r}"
+            point[key] = named[key] if is_grid(dimension) else checked(key, named[key], dimension, said=said)
+        else:
+            point[key] = centre(dimension)
+    return point
 
 
 def describe(value: Any) -> str:

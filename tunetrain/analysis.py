@@ -22,6 +22,7 @@ import pandas as pd
 
 from tunetrain import _space
 from tunetrain.errors import ExperimentError
+from tunetrain.records import against_baseline
 from tunetrain.tracking import RunRecord, SweepStore, check_existing, resolve_tracking_uri, schema
 
 __all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
@@ -166,6 +167,7 @@ class Sweep:
                 "trial_index": int(tags.get(schema.TRIAL_INDEX_TAG, len(rows))),
                 "status": tags.get(schema.STATUS_TAG, run.status.lower()),
                 "seed": _value(run.params.get(schema.SEED_TAG, tags.get(schema.SEED_TAG, "None"))),
+                "baseline": tags.get(schema.BASELINE_TAG) == "true",
                 "iterations": int(tags.get(schema.ITERATIONS_TAG, 0)),
                 "duration_s": _duration(run),
                 "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
@@ -190,7 +192,8 @@ class Sweep:
         return frame
 
     def trials(self) -> pd.DataFrame:
-        """One row per trial: trial, trial_index, status, seed, iterations (steps run),
+        """One row per trial: trial, trial_index, status, seed, baseline (the sweep's baseline
+        trial), iterations (steps run),
         duration_s, start_time, ``config/<key>`` for every config value, ``best_<metric>``
         for each objective (by its mode), the last value of every metric, ``pareto`` (several
         objectives), checkpoint (the best kept, else the latest), error and run_id."""
@@ -219,6 +222,23 @@ class Sweep:
         frame = frame[frame["_rank_value"].notna()]
         frame = frame.sort_values(["_rank_value", "trial_index"], ascending=[mode == "min", True], kind="stable")
         return frame.drop(columns="_rank_value").head(k).reset_index(drop=True)
+
+    def versus_baseline(self) -> str | None:
+        """The best trial against the baseline trial (absolute and relative difference in the
+        sweep's metric), as the sweep's summary says it; None without a baseline trial."""
+        frame = self._trials
+        base = frame[frame["baseline"]] if "baseline" in frame else frame.iloc[0:0]
+        if base.empty:
+            return None
+        top = self.best(1) if self.metric in self.metrics else frame.iloc[0:0]
+        row = base.iloc[0]
+        value = row[f"best_{self.metric}"]
+        return against_baseline(
+            metric=self.metric,
+            mode=self.mode,
+            best=(str(top.iloc[0]["trial"]), float(top.iloc[0][f"best_{self.metric}"])) if not top.empty else None,
+            baseline=(str(row["trial"]), None if pd.isna(value) else float(value), str(row["status"])),
+        )
 
     def best_config(self, *, metric: str | None = None, mode: Mode | None = None) -> dict[str, Any]:
         """The best trial's config, nested as the train loop received it."""

@@ -114,7 +114,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         header = ["trial", "status", "iters", f"best {outcome.metric}", *keys]
         rows = [
             [
-                t.name,
+                t.name + (" (baseline)" if t.baseline else ""),
                 t.status,
                 str(t.iterations),
                 _fmt(t.best_value),
@@ -137,6 +137,8 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             lines.append(f"Best run id: {outcome.run_ids[best.name]}")
     else:
         lines.append(f"No trial reported a finite {outcome.metric}.")
+    if (versus := outcome.versus_baseline()) is not None:
+        lines.append(versus)
     if len(outcome.objectives) > 1:
         lines.append("")
         names = [f"{metric} ({mode})" for metric, mode in outcome.objectives]

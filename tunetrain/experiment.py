@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ray import cloudpickle  # Ray pickles with its own vendored copy
 
-from tunetrain._space import is_distribution, is_grid, iter_leaves, merge
+from tunetrain._space import baseline_point, is_distribution, is_grid, iter_leaves, merge
 from tunetrain.errors import ExperimentError
 
 Mode = Literal["min", "max"]
@@ -145,6 +145,13 @@ class Experiment:
             dies or raises, before it is marked failed (0: never). Multi-worker trials
             restart through Ray Train's failure handling, in-process trials through Ray
             Tune's; each restart is recorded on the trial's run. See docs/fault_tolerance.md.
+        baseline: the reference trial every sweep runs first and judges its best against
+            (tagged ``tunetrain.baseline``, not counted in ``num_samples``, never stopped
+            early by the scheduler): True (default) runs the experiment's defaults with the
+            centre of each searched dimension (the midpoint of a range, geometric on a log
+            scale; the middle choice); a dict (dotted or nested keys) names the values of
+            some dimensions, the centre for the others; False runs none. See
+            docs/carry_forward.md.
     """
 
     name: str
@@ -171,6 +178,7 @@ class Experiment:
     smoke: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     preflight: Callable[[dict[str, Any]], None] | None = None
     max_failures: int = 0
+    baseline: Mapping[str, Any] | bool = True
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
 
@@ -382,6 +390,13 @@ class Experiment:
                     f"but got {value!r} of type {type(value).__name__}.",
                     fix=f"Wrap it, e.g. {key!r}: tune.choice([...]), or move it to defaults.",
                 )
+        if not isinstance(self.baseline, bool | Mapping):
+            raise ExperimentError(
+                f"Experiment.baseline must be True, False or a dict of searched values, but got {self.baseline!r}.",
+                fix='Use e.g. baseline={"lr": 1e-3} (the other dimensions at their centre), or baseline=False.',
+            )
+        if isinstance(self.baseline, Mapping):
+            baseline_point(self.space, self.baseline)  # raises for a key or value the space does not have
         for key, value in iter_leaves(self.defaults):
             if is_distribution(value):
                 raise ExperimentError(

@@ -337,9 +337,34 @@ def pareto_front(sweep: Sweep, *, metrics: tuple[str, str] | None = None) -> Fig
     return fig
 
 
+# Fewer finished trials than this, and the report draws no importance chart: a ranking of
+# several hyperparameters from a handful of points is noise drawn as a bar chart.
+IMPORTANCE_MIN_TRIALS = 8
+
+
+def _finished(sweep: Sweep) -> int:
+    """Trials with a finite best value of the sweep's metric."""
+    column = f"best_{sweep.metric}"
+    trials = sweep.trials()
+    return int(trials[column].map(lambda v: isinstance(v, float) and math.isfinite(v)).sum()) if column in trials else 0
+
+
+def importance_omitted(sweep: Sweep) -> str | None:
+    """Why the report shows no importance chart for this sweep (too few finished trials),
+    or None when it may show one."""
+    finished = _finished(sweep)
+    if not sweep.params or finished >= IMPORTANCE_MIN_TRIALS:
+        return None
+    return (
+        f"No hyperparameter importance: {finished} trial(s) finished with a finite {sweep.metric}, and ranking "
+        f"{len(sweep.params)} hyperparameter(s) needs at least {IMPORTANCE_MIN_TRIALS}; "
+        "plots.param_importances(sweep) computes it anyway."
+    )
+
+
 def sweep_figures(sweep: Sweep) -> dict[str, Figure]:
     """The figures that fit this sweep, by file-friendly name: learning curves, metric vs
-    parameters, parallel coordinates, importance (2+ trials), rungs (ASHA/HyperBand), PBT
+    parameters, parallel coordinates, importance (IMPORTANCE_MIN_TRIALS+ finished trials), rungs (ASHA/HyperBand), PBT
     lineage (PBT/PB2 with exploits), Pareto front (several objectives)."""
     figures: dict[str, Figure] = {}
     if sweep.metric not in sweep.metrics:
@@ -348,8 +373,9 @@ def sweep_figures(sweep: Sweep) -> dict[str, Figure]:
     if sweep.params:
         figures["metric_vs_params"] = metric_vs_params(sweep)
         figures["parallel_coordinates"] = parallel_coordinates(sweep)
-        with contextlib.suppress(ExperimentError):  # too few trials or nothing varies: no importance
-            figures["importance"] = plot_importances(sweep)
+        if importance_omitted(sweep) is None:
+            with contextlib.suppress(ExperimentError):  # nothing varies: no importance
+                figures["importance"] = plot_importances(sweep)
     if sweep.scheduler in ("asha", "hyperband"):
         figures["rungs"] = rungs(sweep)
     if sweep.scheduler in ("pbt", "pb2") and not sweep.pbt_exploits().empty:

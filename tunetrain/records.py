@@ -20,6 +20,7 @@ class TrialRecord:
     trial_id: str
     config: dict[str, Any]
     seed: int
+    baseline: bool = False  # the sweep's baseline trial (Experiment.baseline)
     status: TrialStatus = "running"
     iterations: int = 0
     last: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -105,6 +106,29 @@ def pareto_front(trials: list[TrialRecord], objectives: list[tuple[str, str]]) -
     return sorted((t for values, t in scored if not dominated(values)), key=lambda t: t.index)
 
 
+def against_baseline(
+    *, metric: str, mode: str, best: tuple[str, float | None] | None, baseline: tuple[str, float | None, str] | None
+) -> str | None:
+    """The line that judges the best trial against the baseline: ``best`` is (name, value),
+    ``baseline`` (name, value, status); None when the sweep had no baseline trial."""
+    if baseline is None:
+        return None
+    name, value, status = baseline
+    if value is None or not math.isfinite(value):
+        return f"Baseline {name} ended {status} without a finite {metric}: nothing to compare the best trial with."
+    if best is None or best[1] is None:
+        return f"Baseline {name}: {metric}={value:.4g}."
+    if best[0] == name:
+        return f"Baseline {name} ({metric}={value:.4g}) is the best trial: no searched config beat it."
+    gain = (value - best[1]) if mode == "min" else (best[1] - value)
+    word = ("lower" if gain >= 0 else "higher") if mode == "min" else ("higher" if gain >= 0 else "lower")
+    relative = f" ({abs(gain) / abs(value):.1%} {'better' if gain >= 0 else 'worse'})" if value != 0 else ""
+    return (
+        f"Against the baseline {name} ({metric}={value:.4g}): best {best[0]} {metric}={best[1]:.4g}, "
+        f"{abs(gain):.4g} {word}{relative}."
+    )
+
+
 @dataclasses.dataclass
 class SweepOutcome:
     """What a finished (or interrupted) sweep hands back to the CLI."""
@@ -140,6 +164,20 @@ class SweepOutcome:
     def best(self) -> TrialRecord | None:
         ranked = rank_trials(self.trials, self.mode)
         return ranked[0] if ranked else None
+
+    @property
+    def baseline(self) -> TrialRecord | None:
+        return next((t for t in self.trials if t.baseline), None)
+
+    def versus_baseline(self) -> str | None:
+        """:func:`against_baseline` for this sweep."""
+        base, best = self.baseline, self.best
+        return against_baseline(
+            metric=self.metric,
+            mode=self.mode,
+            best=(best.name, best.best_value) if best else None,
+            baseline=(base.name, base.best_value, base.status) if base else None,
+        )
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t.status == status)

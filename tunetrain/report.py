@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from tunetrain.analysis import Sweep
-from tunetrain.plots import sweep_figures
+from tunetrain.plots import importance_omitted, sweep_figures
 
 __all__ = ["write_report"]
 
@@ -49,7 +49,8 @@ def _top_table(sweep: Sweep, top_k: int) -> str:
     top = sweep.best(top_k) if sweep.metric in sweep.metrics else pd.DataFrame()
     if top.empty:
         return "<p class='muted'>No trial reported a finite value of the metric.</p>"
-    columns = ["trial", "status", "iterations", *[c for c in top.columns if c.startswith(("best_", "config/"))]]
+    columns = ["trial", "baseline", "status", "iterations"]
+    columns += [c for c in top.columns if c.startswith(("best_", "config/"))]
     columns += [m for m in sweep.metrics if m in top.columns and f"best_{m}" not in columns][:4]
     columns += ["seed", "run_id"]
     return str(top[columns].to_html(index=False, float_format=lambda v: f"{v:.6g}", na_rep="", border=0))
@@ -87,7 +88,10 @@ def write_report(sweep: Sweep, output: str | Path, *, top_k: int = 10, log_to_ml
         f"best {sweep.metric}": f"{best_value:.6g}" if math.isfinite(float(best_value)) else "-",
         "best trial": best.iloc[0]["trial"] if not best.empty else "-",
         "best checkpoint": (best.iloc[0]["checkpoint"] or "-") if not best.empty else "-",
+        "against the baseline": sweep.versus_baseline() or "no baseline trial",
     }
+    if (omitted := importance_omitted(sweep)) is not None:
+        images.append(f"<p class='muted'>{html.escape(omitted)}</p>")
     settings = {k: v for k, v in sweep.settings().items() if not k.startswith(("pareto", "best_config"))}
     best_config = json.dumps(sweep.best_config(), indent=2, default=str) if not best.empty else "{}"
     space = sweep.space

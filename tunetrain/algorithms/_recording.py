@@ -36,11 +36,38 @@ class _RecordsDecisions:
         # Tune's controller before pending trials start: the scheduler's hook is the one
         # place Tune offers before a trial starts; the decision is the policy's.
         self.before_launch: Callable[[Any], None] | None = None
+        # The sweep's policy: a trial this scheduler never sees (the baseline, which must run
+        # to its end to be a reference). It is not added to the scheduler's brackets or
+        # population, never stopped, paused or exploited, and runs first.
+        self.exempt: Callable[[Any], bool] | None = None
+
+    def _exempt(self, trial: Any) -> bool:
+        return self.exempt is not None and self.exempt(trial)
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         if self.before_launch is not None:
             self.before_launch(tune_controller)
+        for trial in tune_controller.get_trials():
+            # HyperBand and PBT pick only among the trials they were given.
+            if trial.status == "PENDING" and self._exempt(trial):
+                return trial
         return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        if not self._exempt(trial):
+            super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        if not self._exempt(trial):
+            super().on_trial_error(tune_controller, trial)  # type: ignore[misc]
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        if not self._exempt(trial):
+            super().on_trial_complete(tune_controller, trial, result)  # type: ignore[misc]
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        if not self._exempt(trial):
+            super().on_trial_remove(tune_controller, trial)  # type: ignore[misc]
 
     def _iteration(self, trial: Any) -> int:
         """The trial's latest iteration, counting the result being decided on."""
@@ -49,6 +76,8 @@ class _RecordsDecisions:
         return int((trial.last_result or {}).get("training_iteration", 0))
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        if self._exempt(trial):
+            return TrialScheduler.CONTINUE
         watched = _StopWatch(tune_controller, self.early_stopped) if tune_controller is not None else None
         # Tune updates trial.last_result only after the scheduler's decision: the result being
         # decided on is kept here, for the step an exploit happens at.

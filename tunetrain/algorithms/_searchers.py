@@ -36,14 +36,30 @@ def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
     return max([max_concurrent, *sizes])
 
 
-def build_searcher(experiment: Experiment, *, seed: int, max_concurrent: int) -> tuple[SearchAlgorithm | Searcher, int]:
+def build_searcher(
+    experiment: Experiment, *, seed: int, max_concurrent: int, points: list[dict[str, Any]] | None = None
+) -> tuple[SearchAlgorithm | Searcher, int]:
     """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
 
     Every searcher is seeded from the sweep's root seed, so the same seed suggests the same
-    sequence again.
+    sequence again. ``points`` (configs of the searched dimensions, nested as the space is)
+    are suggested first, through each searcher's own ``points_to_evaluate``.
     """
     options = dict(experiment.searcher_options)
     name = experiment.searcher
+    if points:
+        if "points_to_evaluate" in options:
+            raise ExperimentError(
+                "searcher_options['points_to_evaluate'] and the baseline trial both give the searcher's first points.",
+                fix="Put those points in the sweep without a baseline (--no-baseline, Experiment.baseline=False).",
+            )
+        options["points_to_evaluate"] = [
+            # Ray's OptunaSearch names nested dimensions by their path joined with "/".
+            {key.replace(".", "/"): value for key, value in _space.flatten(point).items()}
+            if name == "optuna"
+            else point
+            for point in points
+        ]
     if name in ("random", "grid"):
         check_options("searcher", name, BasicVariantGenerator, options)
         options.setdefault("random_state", seed)

@@ -103,10 +103,14 @@ def execute(
             storage_path=plan.sweep_dir,
             plan=plan,
         )
+    if plan.baseline_note:
+        print(f"tunetrain: {plan.baseline_note}.", file=stream, flush=True)
     if resume is None:  # a resumed sweep was consented to when it started
         plan = dataclasses.replace(plan, consent=_consent(plan, confirm_above=confirm_above, yes=yes, stream=stream))
     print(
-        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials, at most {plan.max_concurrent} at once, "
+        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
+        + (" and a baseline" if plan.baseline is not None else "")
+        + f", at most {plan.max_concurrent} at once, "
         f"metric {experiment.primary_metric} ({experiment.primary_mode}); {store.line()}",
         file=stream,
         flush=True,

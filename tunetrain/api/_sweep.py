@@ -30,6 +30,7 @@ SWEEP_FIELDS = (
     "placement_strategy",
     "seed",
     "deterministic",
+    "baseline",
 )
 
 
@@ -85,6 +86,7 @@ def sweep(
     placement_strategy: str | None = None,
     seed: int | None = None,
     deterministic: bool | None = None,
+    baseline: bool | None = None,
     overrides: Mapping[str, Any] | None = None,
     config_from: str | None = None,
     tracking_uri: str | None = None,
@@ -110,6 +112,7 @@ def sweep(
     ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``);
     ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id, in
     the same tracking store) pins every value of that config, ``overrides`` winning.
+    ``baseline=False`` runs no baseline trial (``Experiment.baseline``).
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
     state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
     Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that

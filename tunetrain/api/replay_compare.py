@@ -107,6 +107,7 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
         space=config,  # every value pinned: the searcher has nothing to choose
         defaults={},
         num_samples=1,
+        baseline=False,
         scheduler="fifo",
         scheduler_options={},
         searcher="random",

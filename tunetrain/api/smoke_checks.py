@@ -46,6 +46,7 @@ def smoke_experiment(experiment: Experiment, *, steps: int) -> Experiment:
         space=space,
         defaults=defaults,
         num_samples=1,
+        baseline=False,
         scheduler="fifo",
         scheduler_options={},
         searcher="random",

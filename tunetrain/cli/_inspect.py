@@ -32,7 +32,7 @@ def list_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
     return EXIT_OK
 
 
-SHOW_COLUMNS = ("trial", "status", "iterations", "duration_s", "seed")
+SHOW_COLUMNS = ("trial", "baseline", "status", "iterations", "duration_s", "seed")
 
 
 def show_parser(subparsers: Any) -> None:
@@ -58,6 +58,8 @@ def show_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
         trials = trials[[c for c in wanted if c in trials.columns]]
     print(f"{sweep!r}", file=stream)
     _print_frame(trials, stream)
+    if (versus := sweep.versus_baseline()) is not None:
+        print(versus, file=stream)
     return EXIT_OK
 
 

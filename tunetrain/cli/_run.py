@@ -102,6 +102,15 @@ def sweep_parser(subparsers: Any) -> None:
         "terminal the sweep refuses (exit 2) unless --yes",
     )
     group2.add_argument("--yes", action="store_true", help="start without asking (see --confirm-above)")
+    group0.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_const",
+        const=False,
+        default=None,
+        help="run no baseline trial (by default the experiment's defaults with each searched dimension at its "
+        "centre run first, and the best trial is judged against it)",
+    )
     group3 = parser.add_argument_group("reproducibility")
     group3.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
     group3.add_argument(

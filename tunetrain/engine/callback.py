@@ -60,6 +60,7 @@ class SweepCallback(tune.Callback):
         self.stopper = stopper
         self.early_stopped: Mapping[str, int] = scheduler.early_stopped
         self.exploits: list[dict[str, Any]] = scheduler.exploits  # PBT/PB2, appended by the scheduler
+        self.is_baseline = scheduler.exempt or (lambda trial: False)  # the trial the scheduler leaves alone
         self._exploits_seen = 0
         self._exploits_of: dict[str, list[dict[str, Any]]] = {}
         self.population_based = plan.experiment.scheduler in ("pbt", "pb2")
@@ -104,6 +105,7 @@ class SweepCallback(tune.Callback):
             trial_id=trial.trial_id,
             config=dict(trial.config),
             seed=trial_seed(self.plan.root_seed, index, self.plan.trial_seeds),
+            baseline=self.is_baseline(trial),
             start_time=(now := time.time()),
             running_since=now,
         )
@@ -122,6 +124,7 @@ class SweepCallback(tune.Callback):
                 schema.WORKER_SEEDS_TAG: ",".join(
                     str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.max_workers)
                 ),
+                **({schema.BASELINE_TAG: "true"} if record.baseline else {}),
                 **self.provenance,
             },
             start_time=record.start_time,

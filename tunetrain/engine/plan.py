@@ -5,6 +5,7 @@ and what the plan says on the sweep's parent run."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import sys
@@ -57,6 +58,20 @@ class SweepPlan:
     # --confirm-above: how the sweep was consented to ("--yes: ...", "asked: ...", "not
     # asked: ..."); empty when no threshold applies (or on a resume).
     consent: str = ""
+    # The baseline trial's searched values (dotted keys), run first; None: no baseline, and
+    # baseline_note says why when the experiment asked for one.
+    baseline: dict[str, Any] | None = None
+    baseline_note: str = ""
+
+    @property
+    def total_trials(self) -> int:
+        """Every trial the sweep runs: the experiment's, and the baseline."""
+        return self.experiment.total_trials + (1 if self.baseline is not None else 0)
+
+    @property
+    def tune_samples(self) -> int:
+        """Tune's num_samples: Tune counts the searcher's given points (the baseline) in it."""
+        return self.experiment.num_samples + (1 if self.baseline is not None else 0)
 
     @property
     def sweep_dir(self) -> str:
@@ -114,8 +129,10 @@ def plan_sweep(
         strategy=experiment.placement_strategy,
         nodes=nodes,
     )
-    max_concurrent = min(experiment.max_concurrent or fits, experiment.total_trials)  # grid points included
     free = _space.free_dimensions(experiment.space)
+    baseline, baseline_note = _baseline(experiment, free)
+    total = experiment.total_trials + (1 if baseline is not None else 0)
+    max_concurrent = min(experiment.max_concurrent or fits, total)  # grid points included
     searcher = experiment.searcher
     if not free and searcher in ("optuna", "hyperopt"):
         # Every dimension is pinned: there is nothing for a model-based searcher to learn.
@@ -126,7 +143,9 @@ def plan_sweep(
     # anything starts.
     build_scheduler(experiment)
     budget_gate(experiment, budget)
-    build_searcher(experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent)
+    build_searcher(
+        experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent, points=_points(baseline)
+    )
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     return SweepPlan(
         experiment=experiment.replace(searcher=searcher, seed=root_seed),
@@ -143,7 +162,29 @@ def plan_sweep(
         trial_seeds=tuple(trial_seeds),
         initial_checkpoint=initial_checkpoint,
         budget=budget,
+        baseline=baseline,
+        baseline_note=baseline_note,
     )
+
+
+def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """The baseline trial's searched values, or None and why (empty: none was asked for)."""
+    if experiment.baseline is False:
+        return None, ""
+    if not free:
+        return None, "no baseline trial: every dimension is pinned, so every trial is the baseline"
+    if _space.has_conditional(experiment.space):
+        return None, (
+            "no baseline trial: the space is conditional (a choice between sets of parameters), which has "
+            "no single centre; set Experiment.baseline=False to silence this, or pin a branch with --set"
+        )
+    given = experiment.baseline if not isinstance(experiment.baseline, bool) else {}
+    return _space.baseline_point(experiment.space, given), ""
+
+
+def _points(baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The searcher's points to evaluate first: the baseline (nested, as the space is)."""
+    return [_space.unflatten(baseline)] if baseline is not None else []
 
 
 def train_storage(plan: SweepPlan) -> str:
@@ -176,6 +217,12 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
         f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
         f"Trials: {_trials_text(exp)}, at most {plan.max_concurrent} at once",
+        "Baseline: "
+        + (
+            ", ".join(f"{k}={v!r}" for k, v in plan.baseline.items()) + " (run first, not counted in the trials)"
+            if plan.baseline is not None
+            else plan.baseline_note or "none (--no-baseline)"
+        ),
         f"Stop rule: max_iterations={stop.max_iterations}, max_trial_seconds={stop.max_trial_seconds}, "
         f"time_budget_s={stop.time_budget_s}",
         f"Per trial: {_workers_text(exp)} worker(s) x ({describe_resources(exp.worker_resources)}), "
@@ -232,6 +279,8 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     if plan.consent:
         tags[schema.CONSENT_TAG] = plan.consent
+    if plan.baseline is not None:
+        tags[schema.BASELINE_CONFIG_TAG] = json.dumps(plan.baseline, sort_keys=True, default=str)
     if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
         tags[schema.ASHA_RUNGS_TAG], tags[schema.ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
     tags.update({schema.VERSION_PREFIX + name: version for name, version in provenance.package_versions().items()})

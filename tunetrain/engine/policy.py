@@ -12,7 +12,7 @@ from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from tunetrain import _internals
+from tunetrain import _internals, _space
 from tunetrain.budget import Budget, BudgetGate
 from tunetrain.experiment import Experiment
 from tunetrain.records import TrialRecord, TrialStatus
@@ -90,6 +90,29 @@ class SweepStopper(tune.Stopper):
 
     def stop_all(self) -> bool:
         return self.bad_input is not None
+
+
+class BaselineTrial:
+    """Which trial is the sweep's baseline: the first whose config holds the baseline's
+    values (the searcher suggests it first), or the one a resumed sweep's journal names. The
+    scheduler exempts it (it never stops it early) and the callback tags its run."""
+
+    def __init__(self, point: Mapping[str, Any], trial_id: str | None = None) -> None:
+        self.point = dict(point)
+        self.trial_id = trial_id
+
+    def __call__(self, trial: Any) -> bool:
+        if self.trial_id is None:
+            config = _space.flatten(dict(trial.config))
+            if all(key in config and _same(config[key], value) for key, value in self.point.items()):
+                self.trial_id = trial.trial_id
+        return trial.trial_id == self.trial_id
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, int | float):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return bool(a == b)
 
 
 def refuse_over_budget(gate: BudgetGate) -> Callable[[Any], None]:

@@ -21,7 +21,7 @@ from tunetrain.algorithms import (
 from tunetrain.console import LiveView
 from tunetrain.engine.callback import SweepCallback
 from tunetrain.engine.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
-from tunetrain.engine.policy import SweepStopper, budget_gate, refuse_over_budget
+from tunetrain.engine.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front
 from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
@@ -57,6 +57,7 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
                     {k: v for k, v in entry["params"].items() if not k.startswith(schema.TAG_PREFIX)}
                 ),
                 seed=int(tags[schema.SEED_TAG]),
+                baseline=tags.get(schema.BASELINE_TAG) == "true",
                 start_time=float(entry["start_time"]),
                 running_since=float(entry["start_time"]),
             )
@@ -177,7 +178,7 @@ def run_sweep(
     crashed = False
     gate = None
     stopper = SweepStopper(exp)
-    live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=exp.total_trials, stream=stream)
+    live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=plan.total_trials, stream=stream)
     callback: SweepCallback | None = None
     # From here on the parent run exists: whatever is raised, the finally closes it.
     try:
@@ -185,8 +186,12 @@ def run_sweep(
         gate = budget_gate(exp, plan.budget)
         if gate is not None:
             scheduler.before_launch = refuse_over_budget(gate)
+        if plan.baseline is not None:
+            claimed = next((r.trial_id for r in journaled.values() if r.baseline), None)
+            scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)
         live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
-        searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit)
+        points = [_space.unflatten(plan.baseline)] if plan.baseline is not None else None
+        searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit, points=points)
         callback = SweepCallback(
             plan=plan,
             recorder=sweep_recorder,
@@ -236,14 +241,14 @@ def run_sweep(
         if plan.resume and limited:
             search_alg = _internals.resumed_search(
                 ConcurrencyLimiter(searcher, max_concurrent=live_limit),  # type: ignore[arg-type]  # a Searcher here
-                exp.num_samples,
+                plan.tune_samples,
             )
         tune_config = tune.TuneConfig(
             # metric and mode are the scheduler's and the searcher's own (the searcher may
             # search on several metrics, the scheduler decides on the first).
             scheduler=scheduler,
             search_alg=search_alg,
-            num_samples=exp.num_samples,
+            num_samples=plan.tune_samples,
             max_concurrent_trials=live_limit if limited and not plan.resume else None,
             time_budget_s=exp.stop.time_budget_s,
             trial_name_creator=TrialNamer(first),

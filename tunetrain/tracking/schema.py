@@ -29,6 +29,7 @@ NUM_SAMPLES_TAG = "tunetrain.num_samples"
 ROOT_SEED_TAG = "tunetrain.root_seed"
 DETERMINISTIC_TAG = "tunetrain.deterministic"
 BUDGET_TAG = "tunetrain.budget"
+BASELINE_CONFIG_TAG = "tunetrain.baseline_config"  # JSON: the baseline trial's searched values
 CONSENT_TAG = "tunetrain.consent"  # --confirm-above: "--yes: <why>", "asked: <why>", "not asked: <why>"
 WORKERS_PER_TRIAL_TAG = "tunetrain.workers_per_trial"  # "2", or "1-4" (elastic)
 TRIAL_RUNNER_TAG = "tunetrain.trial_runner"  # in_process | worker_group | torch_trainer
@@ -79,6 +80,7 @@ DEFAULT_PARAM_PREFIX = "default."
 # Params: the resolved config, flattened ("optimizer.lr"), plus SEED_TAG.
 TRIAL_ID_TAG = "tunetrain.trial_id"  # Ray Tune's trial id
 TRIAL_INDEX_TAG = "tunetrain.trial_index"
+BASELINE_TAG = "tunetrain.baseline"  # "true" on the baseline trial's run
 SEED_TAG = "tunetrain.seed"
 WORKER_SEEDS_TAG = "tunetrain.worker_seeds"  # each worker's seed, rank order
 ITERATIONS_TAG = "tunetrain.iterations"
