@@ -96,6 +96,9 @@ def tunetrain_sweep(experiment: str, **options: Any) -> tuple[float, str]:
     import tunetrain
 
     out = io.StringIO()
+    # The same trials as the baseline arm's (plain Ray Tune, raw Optuna), which run no
+    # baseline trial.
+    options.setdefault("baseline", False)
     result = tunetrain.sweep(experiment, stream=out, **options)
     if result.status != "ok":
         raise RuntimeError(

@@ -193,3 +193,41 @@ def test_conditional_spaces_suggest_only_the_chosen_branch(searcher: str) -> Non
         assert 1 <= config["width"] <= 3
         names.add(config["opt"]["name"])
     assert names == {"sgd", "adam"}  # both branches were explored
+
+
+def test_the_scheduler_leaves_the_exempt_baseline_alone_and_starts_it_first() -> None:
+    scheduler: Any = build_scheduler(
+        make_experiment(scheduler="asha", scheduler_options={"max_t": 4, "grace_period": 1})
+    )
+    scheduler.set_search_properties("loss", "min")
+    good, base, bad = (SimpleNamespace(trial_id=name, status="PENDING") for name in ("good", "base", "bad"))
+    scheduler.exempt = lambda trial: trial.trial_id == "base"
+    for trial in (good, base, bad):
+        scheduler.on_trial_add(None, trial)
+    assert "base" not in scheduler._trial_info  # never in ASHA's brackets (Ray's private bookkeeping)
+    controller = SimpleNamespace(get_trials=lambda: [good, base, bad])
+    assert scheduler.choose_trial_to_run(controller) is base  # pending: it goes first
+    scheduler.on_trial_result(None, good, {"training_iteration": 1, "loss": 0.1})
+    # As bad as the trial ASHA cuts, and never cut.
+    assert scheduler.on_trial_result(None, base, {"training_iteration": 1, "loss": 9.0}) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, bad, {"training_iteration": 1, "loss": 9.0}) == TrialScheduler.STOP
+    assert scheduler.early_stopped == {"bad": 1}
+    scheduler.on_trial_complete(None, base, {"training_iteration": 4, "loss": 9.0})  # unknown to ASHA: no KeyError
+
+
+@pytest.mark.parametrize("name", ["optuna", "hyperopt", "random"])
+def test_every_searcher_suggests_the_baseline_point_first(name: str) -> None:
+    space = {"lr": tune.loguniform(1e-4, 1e-1), "net": {"width": tune.randint(8, 64)}}
+    point = {"lr": 1e-3, "net": {"width": 32}}
+    searcher: Any
+    searcher, _ = build_searcher(make_experiment(searcher=name, space=space), seed=0, max_concurrent=2, points=[point])
+    if name == "random":
+        from ray.tune.experiment import Experiment as TuneExperiment
+
+        searcher.add_configurations([TuneExperiment("e", lambda config: None, config=space, num_samples=3)])
+        first, second = searcher.next_trial().config, searcher.next_trial().config
+    else:
+        searcher.set_search_properties("loss", "min", space)
+        first, second = searcher.suggest("t1"), searcher.suggest("t2")
+    assert first == point
+    assert second != point

@@ -103,7 +103,8 @@ def test_list_sweeps_gives_date_trials_and_best_value(analysed_sweep: AnalysedSw
     sweeps = list_sweeps(tracking_uri=analysed_sweep.tracking_uri)
     row = sweeps[sweeps["sweep"] == "analysed-1"].iloc[0]
     best = load_sweep("analysed-1", tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["best_loss"]
-    assert (row["experiment"], row["trials"], row["metric"], row["mode"]) == ("analysed", 8, "loss", "min")
+    # 8 trials and the baseline
+    assert (row["experiment"], row["trials"], row["metric"], row["mode"]) == ("analysed", 9, "loss", "min")
     assert math.isclose(row["best_value"], best)
     assert row["status"] == "finished"
 

@@ -55,8 +55,9 @@ def test_sweep_from_python_returns_its_trials_the_best_and_where_mlflow_has_them
         path, num_samples=3, seed=11, overrides={"offset": 0.5}, name="py", report=False, stream=out
     )
     assert result.status == "ok" and result.exit_status == 0 and not result.interrupted
-    assert "Sweep py finished: 3 trials" in out.getvalue()
-    assert len(result.trials) == 3 and set(result.run_ids) == {t.name for t in result.trials}
+    assert "Sweep py: 3 trials and a baseline" in out.getvalue()
+    assert "Sweep py finished: 4 trials" in out.getvalue()
+    assert len(result.trials) == 4 and set(result.run_ids) == {t.name for t in result.trials}
     best = min(result.trials, key=lambda t: t.best_value)
     assert result.best_trial is best and result.best_metric == best.best_value
     assert result.best_config is not None and result.best_config == best.config
@@ -79,7 +80,7 @@ def test_recording_off_writes_no_store_and_no_journal(bare_workdir: Path, ray_cl
     result = tunetrain.sweep(path, recorder=NullRecorder, name="off", stream=io.StringIO())
     assert result.status == "ok" and result.parent_run_id is None and result.run_ids == {}
     assert not (bare_workdir / "mlflow.db").exists() and not _journal(bare_workdir, "off").exists()
-    assert len(result.table()) == 2 and math.isfinite(result.best_metric or math.nan)
+    assert len(result.table()) == 3 and math.isfinite(result.best_metric or math.nan)
     with pytest.raises(tunetrain.ExperimentError, match="has no MLflow record"):
         result.analysis()
 
@@ -130,4 +131,4 @@ def test_an_old_journal_resumes_from_its_command_line(workdir: Path, ray_cluster
     with pytest.raises(tunetrain.ExperimentError, match="tunetrain resume old"):
         tunetrain.resume("old")
     status, out = run_cli("resume", "old")
-    assert status == 0 and "Sweep old finished: 2 trials" in out, out
+    assert status == 0 and "Sweep old finished: 3 trials" in out, out  # 2 and the baseline

@@ -67,7 +67,7 @@ def loop(config):
 
 experiment = Experiment(
     name="budgeted", train_loop=loop, space={"x": tune.uniform(0, 1)}, metric="loss", mode="min",
-    scheduler="fifo", searcher="random", num_samples=8, stop=StopRule(max_iterations=5), seed=4,
+    scheduler="fifo", searcher="random", num_samples=8, stop=StopRule(max_iterations=5), seed=4, baseline=False,
 )
 """
 

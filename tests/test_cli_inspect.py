@@ -24,17 +24,20 @@ def test_list_shows_each_sweep_with_its_trial_count_and_best_value(analysed_swee
     assert status == 0, out
     best = load_sweep(tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["best_loss"]
     line = next(line for line in out.splitlines() if "analysed-1" in line)
-    # name, experiment, date, status, trials, metric, mode, best value
-    assert line.split()[1] == "analysed" and line.split()[5:9] == ["8", "loss", "min", f"{best:.6g}"]
+    # name, experiment, date, status, trials (8 and the baseline), metric, mode, best value
+    assert line.split()[1] == "analysed" and line.split()[5:9] == ["9", "loss", "min", f"{best:.6g}"]
 
 
 def test_show_prints_one_row_per_trial_best_first_with_sort(analysed_sweep: AnalysedSweep) -> None:
     status, out = run_cli("show", "analysed-1", "--sort", "--tracking-uri", analysed_sweep.tracking_uri)
     assert status == 0, out
     rows = [line for line in out.splitlines() if line.startswith("trial_")]
-    assert len(rows) == 8
-    best = load_sweep(tracking_uri=analysed_sweep.tracking_uri).best(1).iloc[0]["trial"]
+    assert len(rows) == 9  # 8 and the baseline
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    best = sweep.best(1).iloc[0]["trial"]
     assert rows[0].split()[0] == best
+    versus = sweep.versus_baseline()
+    assert versus is not None and out.splitlines()[-1] == versus  # the best trial against the baseline
     assert "config/lr" in out and "best_loss" in out
     # Beside the best step, the step the kept-best checkpoint holds.
     assert "best_step" in out and "checkpoint_step" in out

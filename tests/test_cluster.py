@@ -195,7 +195,7 @@ def loop(config):
 experiment = Experiment(
     name="elastic", train_loop=loop, metric="loss", mode="min", space={"x": tune.choice([1])},
     scheduler="fifo", searcher="random", num_samples=1, workers_per_trial=(1, 2),
-    resources_per_worker={"CPU": 1}, seed=1,
+    resources_per_worker={"CPU": 1}, seed=1, baseline=False,
 )
 """
 
@@ -223,7 +223,7 @@ def loop(config):
 experiment = Experiment(
     name="placed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
     scheduler="fifo", searcher="random", num_samples=4, resources_per_worker={"CPU": 1},
-    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2,
+    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2, baseline=False,
 )
 """
 

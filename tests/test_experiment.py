@@ -96,3 +96,12 @@ def test_an_elastic_range_starts_with_min_and_grows_to_max() -> None:
 def test_max_failures_must_be_a_count() -> None:
     with pytest.raises(ExperimentError, match="max_failures must be an integer >= 0"):
         make_experiment(max_failures=-1)
+
+
+def test_a_baseline_is_true_false_or_values_of_the_searched_dimensions() -> None:
+    assert make_experiment().baseline is True
+    assert make_experiment(baseline={"lr": 0.5}).baseline == {"lr": 0.5}
+    with pytest.raises(ExperimentError, match="baseline must be True, False or a dict"):
+        make_experiment(baseline="centre")
+    with pytest.raises(ExperimentError, match=r"baseline\['lr'\]=2: lr is searched in \[0, 1\]"):
+        make_experiment(baseline={"lr": 2})

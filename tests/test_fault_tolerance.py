@@ -173,6 +173,7 @@ def loop(config):
 experiment = Experiment(
     name="resumed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
     scheduler="fifo", searcher="optuna", num_samples=6, max_concurrent=2, stop=StopRule(max_iterations=8), seed=11,
+    baseline=False,
 )
 """
 

@@ -75,7 +75,7 @@ def test_python_api_notebook_runs_a_sweep_and_analyses_it(workdir: Path, monkeyp
     recorded = client_.get_experiment_by_name("analysed")
     assert recorded is not None
     runs = client_.search_runs([recorded.experiment_id])
-    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)  # parent + 3 trials
+    assert len(runs) == 5 and all(r.info.status == "FINISHED" for r in runs)  # parent, 3 trials and the baseline
 
 
 SLOW = """
@@ -96,7 +96,7 @@ def loop(config):
 
 experiment = Experiment(
     name="slow", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
-    num_samples=2, searcher="random", stop=StopRule(max_iterations=200), seed=3,
+    num_samples=2, searcher="random", stop=StopRule(max_iterations=200), seed=3, baseline=False,
 )
 """
 

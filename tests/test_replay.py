@@ -52,6 +52,7 @@ experiment = Experiment(
     name="stochastic", train_loop=loop, space={"scale": tune.uniform(0.5, 2.0)}, defaults={"jitter": False},
     metric="loss", mode="min", scheduler="fifo", searcher="random", num_samples=NUM_SAMPLES,
     workers_per_trial=WORKERS, resources_per_worker={"CPU": CPUS}, stop=StopRule(max_iterations=4), seed=21,
+    baseline=False,
 )
 """
 

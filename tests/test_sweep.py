@@ -76,8 +76,11 @@ def test_demo_sweep_runs_trials_side_by_side_with_asha_and_records_everything(wo
     status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--name", "demo")
     assert status == 0, out
     client, parent, children = sweep_runs(workdir, "mlp_digits")
-    # num_samples child runs, each with every param and a seed.
-    assert len(children) == 8
+    # num_samples child runs and the baseline's, each with every param and a seed.
+    assert len(children) == 9
+    baseline = [r for r in children if r.data.tags.get("tunetrain.baseline") == "true"]
+    assert len(baseline) == 1 and baseline[0].data.tags["tunetrain.iterations"] == "12"  # never stopped early
+    assert "Against the baseline trial_0000 (val_acc=" in out or "Baseline trial_0000 (val_acc=" in out
     for run in children:
         assert set(run.data.params) == {"lr", "hidden", "dropout", "batch_size", "epochs", "tunetrain.seed"}
         index = int(run.data.tags["tunetrain.trial_index"])
@@ -232,6 +235,7 @@ def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
     status, out = run_cli(
         "sweep",
         str(EXPERIMENTS / "gpt2_lr.py"),
+        "--no-baseline",
         "--num-samples",
         "4",
         "--set",
@@ -253,6 +257,7 @@ def test_hugging_face_trainer_sweep_is_tuned_like_a_hand_written_loop(workdir: P
     status, out = run_cli(
         "sweep",
         str(EXPERIMENTS / "gpt2_hf_trainer.py"),
+        "--no-baseline",
         "--num-samples",
         "6",
         "--set",
@@ -409,3 +414,70 @@ def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
         run_cli("sweep", str(path), "--set", "kind=ok", "--no-report")
     _, parent, children = sweep_runs(workdir, "kinds")
     assert parent.info.status == "FAILED" and children == []
+
+
+BASELINED = """
+import json
+import os
+import tempfile
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    start = 0
+    if (checkpoint := ray.train.get_checkpoint()) is not None:  # PBT clones trials from checkpoints
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step.json")) as f:
+            start = json.load(f)["step"]
+    for step in range(start, 4):
+        # The centre (x=0.5) is the worst place to be: ASHA would cut it at its first rung.
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step.json"), "w") as f:
+                json.dump({"step": step + 1}, f)
+            loss = 1 - abs(config["x"] - 0.5) + 1 / (step + 1)
+            ray.train.report({"loss": loss}, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+experiment = Experiment(
+    name="baselined", train_loop=loop, metric="loss", mode="min",
+    space={"x": tune.uniform(0, 1), "net": {"width": tune.randint(8, 65)}}, defaults={"depth": 2},
+    scheduler="asha", searcher="optuna", num_samples=4, stop=StopRule(max_iterations=4), seed=11,
+)
+"""
+
+
+@pytest.mark.parametrize(("scheduler", "searcher"), [("asha", "optuna"), ("hyperband", "hyperopt"), ("pbt", "random")])
+def test_a_baseline_trial_runs_first_to_its_end_and_the_best_is_judged_against_it(
+    workdir: Path, scheduler: str, searcher: str
+) -> None:
+    path = write_experiment(workdir, BASELINED)
+    common = ["--name", "b1", "--no-report", "--scheduler", scheduler, "--searcher", searcher]
+    # Over --confirm-above, and let start with --yes: the consent is on the parent run.
+    status, out = run_cli("sweep", str(path), *common, "--budget", "2h", "--confirm-above", "1h", "--yes")
+    assert status == 0, out
+    assert "Sweep b1: 4 trials and a baseline" in out
+    _, parent, children = sweep_runs(workdir, "baselined")
+    assert parent.data.tags["tunetrain.consent"] == "--yes: --budget 2h allows 2 h, above 1h (--confirm-above)"
+    assert len(children) == 5  # num_samples, and the baseline beside them
+    baselines = [r for r in children if r.data.tags.get("tunetrain.baseline") == "true"]
+    assert len(baselines) == 1
+    base = baselines[0]
+    # The defaults and the centre of each searched dimension, run first and to its end.
+    assert base.info.run_name == "trial_0000"
+    assert (base.data.params["x"], base.data.params["net.width"], base.data.params["depth"]) == ("0.5", "36", "2")
+    assert base.data.tags["tunetrain.status"] == "completed" and base.data.tags["tunetrain.iterations"] == "4"
+    assert json.loads(parent.data.tags["tunetrain.baseline_config"]) == {"x": 0.5, "net.width": 36}
+    sweep = load_sweep("b1")
+    assert sweep.trials()["baseline"].tolist() == [True, False, False, False, False]
+    best = sweep.best(1).iloc[0]
+    versus = sweep.versus_baseline()
+    assert versus is not None and versus in out  # the summary's line, as the record gives it
+    assert f"best {best['trial']} loss={best['best_loss']:.4g}" in versus and "% better)" in versus
+    status, shown = run_cli("show", "b1")
+    assert status == 0 and versus in shown
+    # --no-baseline: the experiment's trials only.
+    status, out = run_cli("sweep", str(path), "--name", "b2", "--no-report", "--no-baseline", "--num-samples", "2")
+    assert status == 0 and "Sweep b2: 2 trials," in out
+    assert not load_sweep("b2").trials()["baseline"].any()

@@ -173,6 +173,9 @@ def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] |
         return None, ""
     if not free:
         return None, "no baseline trial: every dimension is pinned, so every trial is the baseline"
+    searched = dict(_space.iter_leaves(experiment.space))
+    if all(_space.is_grid(searched[key]) for key in free):
+        return None, "no baseline trial: every searched dimension is a grid, and every grid point runs"
     if _space.has_conditional(experiment.space):
         return None, (
             "no baseline trial: the space is conditional (a choice between sets of parameters), which has "
