@@ -152,6 +152,9 @@ class Experiment:
             scale; the middle choice); a dict (dotted or nested keys) names the values of
             some dimensions, the centre for the others; False runs none. See
             docs/carry_forward.md.
+        warm_start: earlier sweeps (names or parent run ids, ``URI#NAME`` in another store) or
+            trials (run ids) whose completed trials the searcher gets as evaluated points
+            before it suggests anything (Optuna only). See docs/carry_forward.md.
     """
 
     name: str
@@ -179,6 +182,7 @@ class Experiment:
     preflight: Callable[[dict[str, Any]], None] | None = None
     max_failures: int = 0
     baseline: Mapping[str, Any] | bool = True
+    warm_start: Sequence[str] = ()
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
 
@@ -395,6 +399,12 @@ class Experiment:
                 f"Experiment.baseline must be True, False or a dict of searched values, but got {self.baseline!r}.",
                 fix='Use e.g. baseline={"lr": 1e-3} (the other dimensions at their centre), or baseline=False.',
             )
+        if isinstance(self.warm_start, str) or not all(isinstance(ref, str) and ref for ref in self.warm_start):
+            raise ExperimentError(
+                f"Experiment.warm_start must be a list of sweep names or run ids, but got {self.warm_start!r}.",
+                fix='Use e.g. warm_start=["mlp_digits-20261130-101500"].',
+            )
+        object.__setattr__(self, "warm_start", tuple(self.warm_start))
         if isinstance(self.baseline, Mapping):
             baseline_point(self.space, self.baseline)  # raises for a key or value the space does not have
         for key, value in iter_leaves(self.defaults):

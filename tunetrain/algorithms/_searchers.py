@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ray.tune.schedulers import (
     HyperBandScheduler,
@@ -16,6 +16,7 @@ from tunetrain import _space
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_options
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.seeding import derive_seed
 
 
 def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
@@ -37,13 +38,20 @@ def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
 
 
 def build_searcher(
-    experiment: Experiment, *, seed: int, max_concurrent: int, points: list[dict[str, Any]] | None = None
+    experiment: Experiment,
+    *,
+    seed: int,
+    max_concurrent: int,
+    points: list[dict[str, Any]] | None = None,
+    evaluated: list[tuple[dict[str, Any], list[float]]] | None = None,
 ) -> tuple[SearchAlgorithm | Searcher, int]:
     """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
 
     Every searcher is seeded from the sweep's root seed, so the same seed suggests the same
     sequence again. ``points`` (configs of the searched dimensions, nested as the space is)
-    are suggested first, through each searcher's own ``points_to_evaluate``.
+    are suggested first, through each searcher's own ``points_to_evaluate``. ``evaluated``
+    (flat configs of the searched dimensions, and their value of each objective: earlier
+    trials) become completed trials of the Optuna study before it suggests anything.
     """
     options = dict(experiment.searcher_options)
     name = experiment.searcher
@@ -79,6 +87,10 @@ def build_searcher(
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
     check_options("searcher", name, OptunaSearch, options)
     sampler = options.pop("sampler", "nsga2" if experiment.multi_objective else "tpe")
+    if evaluated:
+        # Warm-started, the sampler draws from a seed of its own: TPE's first trials are random
+        # draws, and with the earlier sweep's seed they would repeat its configs exactly.
+        seed = derive_seed(seed, len(evaluated))
     if isinstance(sampler, str):
         sampler = _optuna_sampler(sampler, seed=seed)
     cls: type[OptunaSearch] = OptunaSearch
@@ -87,9 +99,36 @@ def build_searcher(
         # define-by-run function.
         options["space"] = optuna_define_by_run(experiment.space)
         cls = DefineByRunOptunaSearch
+    if evaluated:
+        options["storage"], options["study_name"] = _study_with(experiment, evaluated), "tunetrain"
     if experiment.multi_objective:
         return cls(metric=metrics, mode=list(modes), sampler=sampler, **options), 1
     return cls(metric=metrics[0], mode=modes[0], sampler=sampler, **options), 1
+
+
+def _study_with(experiment: Experiment, evaluated: list[tuple[dict[str, Any], list[float]]]) -> Any:
+    """An in-memory Optuna storage holding a study (named "tunetrain", the experiment's
+    directions) with the earlier trials as completed trials: Optuna's own ``study.add_trial``.
+    Ray's OptunaSearch opens it (``storage``/``study_name``, ``load_if_exists``) instead of an
+    empty one. Distributions are Ray's conversion of the space, names joined with "/"."""
+    import optuna
+
+    distributions = OptunaSearch.convert_search_space(_space.merge(experiment.defaults, experiment.space))
+    storage = optuna.storages.InMemoryStorage()
+    directions: list[Literal["minimize", "maximize"]] = [
+        "minimize" if mode == "min" else "maximize" for _, mode in experiment.objectives
+    ]
+    study = optuna.create_study(storage=storage, study_name="tunetrain", directions=directions)
+    for point, values in evaluated:
+        params = {key.replace(".", "/"): value for key, value in point.items()}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={key: distributions[key] for key in params},
+                values=values,
+            )
+        )
+    return storage
 
 
 def searcher_owns_space(experiment: Experiment) -> bool:

@@ -71,6 +71,13 @@ def execute(
                 fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
                 "see docs/cluster.md.",
             )
+    warm = None
+    if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
+        from tunetrain.api._warm import read_warm_start
+
+        warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=tracking_uri)
+        for line in warm.lines:
+            print(f"tunetrain: {line}", file=stream, flush=True)
     plan = planning.plan_sweep(
         experiment,
         nodes=nodes,
@@ -83,6 +90,8 @@ def execute(
         initial_checkpoint=initial_checkpoint,
         budget=budget,
         request=request,
+        warm_points=warm.points if warm else (),
+        warm_sources=warm.sources if warm else (),
     )
     if resume is not None:
         plan = _resumed_plan(plan, resume)

@@ -31,6 +31,7 @@ SWEEP_FIELDS = (
     "seed",
     "deterministic",
     "baseline",
+    "warm_start",
 )
 
 
@@ -87,6 +88,7 @@ def sweep(
     seed: int | None = None,
     deterministic: bool | None = None,
     baseline: bool | None = None,
+    warm_start: list[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     config_from: str | None = None,
     tracking_uri: str | None = None,
@@ -112,7 +114,9 @@ def sweep(
     ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``);
     ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id, in
     the same tracking store) pins every value of that config, ``overrides`` winning.
-    ``baseline=False`` runs no baseline trial (``Experiment.baseline``).
+    ``baseline=False`` runs no baseline trial (``Experiment.baseline``); ``warm_start``
+    (sweeps or trial run ids, ``URI#NAME`` in another store) gives their completed trials to
+    the searcher as evaluated points (``Experiment.warm_start``).
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
     state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
     Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that

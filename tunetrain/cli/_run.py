@@ -111,6 +111,13 @@ def sweep_parser(subparsers: Any) -> None:
         help="run no baseline trial (by default the experiment's defaults with each searched dimension at its "
         "centre run first, and the best trial is judged against it)",
     )
+    group0.add_argument(
+        "--warm-start",
+        action="append",
+        metavar="SWEEP_OR_RUN_ID",
+        help="give the completed trials of an earlier sweep (or one trial's run; URI#NAME for another store) to "
+        "the searcher as evaluated points before it suggests anything (optuna); repeatable",
+    )
     group3 = parser.add_argument_group("reproducibility")
     group3.add_argument("--seed", type=int, help="the sweep's root seed (default: the experiment's, else drawn)")
     group3.add_argument(

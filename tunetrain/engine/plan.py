@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,10 @@ class SweepPlan:
     # baseline_note says why when the experiment asked for one.
     baseline: dict[str, Any] | None = None
     baseline_note: str = ""
+    # --warm-start: earlier trials (searched values, objective values) the searcher starts
+    # with as completed, and where they came from ("SWEEP (N of M completed trials)").
+    warm_points: tuple[tuple[dict[str, Any], list[float]], ...] = ()
+    warm_sources: tuple[str, ...] = ()
 
     @property
     def total_trials(self) -> int:
@@ -109,6 +113,8 @@ def plan_sweep(
     trial_seeds: tuple[int, ...] = (),
     initial_checkpoint: str | None = None,
     budget: Budget | None = None,
+    warm_points: Sequence[tuple[dict[str, Any], list[float]]] = (),
+    warm_sources: Sequence[str] = (),
 ) -> SweepPlan:
     """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
     worker = experiment.worker_resources
@@ -131,6 +137,11 @@ def plan_sweep(
     )
     free = _space.free_dimensions(experiment.space)
     baseline, baseline_note = _baseline(experiment, free)
+    if baseline is not None and any(point == baseline for point, _ in warm_points):
+        baseline, baseline_note = (
+            None,
+            ("no baseline trial: a warm-start trial ran the same config (its result is in the searcher's study)"),
+        )
     total = experiment.total_trials + (1 if baseline is not None else 0)
     max_concurrent = min(experiment.max_concurrent or fits, total)  # grid points included
     searcher = experiment.searcher
@@ -144,7 +155,11 @@ def plan_sweep(
     build_scheduler(experiment)
     budget_gate(experiment, budget)
     build_searcher(
-        experiment.replace(searcher=searcher), seed=root_seed, max_concurrent=max_concurrent, points=_points(baseline)
+        experiment.replace(searcher=searcher),
+        seed=root_seed,
+        max_concurrent=max_concurrent,
+        points=_points(baseline),
+        evaluated=list(warm_points),
     )
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     return SweepPlan(
@@ -164,6 +179,8 @@ def plan_sweep(
         budget=budget,
         baseline=baseline,
         baseline_note=baseline_note,
+        warm_points=tuple(warm_points),
+        warm_sources=tuple(warm_sources),
     )
 
 
@@ -233,6 +250,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Cluster: {plan.address or 'embedded local Ray'}; "
         + "; ".join(describe_resources(node) for node in plan.nodes),
         f"Root seed: {plan.root_seed}",
+        "Warm start: " + ("; ".join(plan.warm_sources) if plan.warm_sources else "none"),
         "Budget: " + (f"{plan.budget.text} (no new trial once the next would overrun it)" if plan.budget else "none"),
         f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
         f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
@@ -282,6 +300,9 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     if plan.consent:
         tags[schema.CONSENT_TAG] = plan.consent
+    if plan.warm_sources:
+        tags[schema.WARM_START_TAG] = "; ".join(plan.warm_sources)
+        tags[schema.WARM_START_TRIALS_TAG] = len(plan.warm_points)
     if plan.baseline is not None:
         tags[schema.BASELINE_CONFIG_TAG] = json.dumps(plan.baseline, sort_keys=True, default=str)
     if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these

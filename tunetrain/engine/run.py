@@ -191,7 +191,9 @@ def run_sweep(
             scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)
         live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
         points = [_space.unflatten(plan.baseline)] if plan.baseline is not None else None
-        searcher, first = build_searcher(exp, seed=plan.root_seed, max_concurrent=live_limit, points=points)
+        searcher, first = build_searcher(
+            exp, seed=plan.root_seed, max_concurrent=live_limit, points=points, evaluated=list(plan.warm_points)
+        )
         callback = SweepCallback(
             plan=plan,
             recorder=sweep_recorder,

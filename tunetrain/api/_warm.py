@@ -1,0 +1,138 @@
+"""``sweep --warm-start``: the completed trials of earlier sweeps, handed to the searcher as
+evaluated points (Optuna's ``study.add_trial``), so that it starts informed and does not run
+them again.
+
+A reference is a sweep (its name or parent run id) or one trial (its run id), in the sweep's
+own tracking store, or in another one written ``URI#REF``
+(``sqlite:///old.db#mlp_digits-20261130-101500``). Only completed trials are used (one stopped
+early reached its value in fewer steps). A trial is skipped, with one line saying why, when it
+does not fit this sweep: a searched dimension it has no value for (added since), a value
+outside this sweep's range, a parameter this experiment no longer has (removed), a fixed value
+that differs, or no final value of every objective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tunetrain import _space
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStart:
+    """What the earlier sweeps give a new one."""
+
+    # (flat config of the searched dimensions, final value per objective) of each trial used.
+    points: list[tuple[dict[str, Any], list[float]]]
+    lines: list[str]  # one per trial skipped, and one per source
+    sources: list[str]  # "SWEEP (N of M completed trials)", as the parent run records it
+
+    def configs(self) -> list[dict[str, Any]]:
+        return [point for point, _ in self.points]
+
+
+def check_searcher(experiment: Experiment) -> None:
+    """Refuse a warm start the searcher cannot take, with the reason."""
+    if experiment.searcher in ("random", "grid"):
+        raise ExperimentError(
+            f"--warm-start gives earlier results to a searcher that learns from them, but got searcher "
+            f"{experiment.searcher!r}, which draws its trials without looking at any result.",
+            fix="Use --searcher optuna (or drop --warm-start).",
+        )
+    if experiment.searcher == "hyperopt":
+        raise ExperimentError(
+            "--warm-start is not available with searcher 'hyperopt': Ray Tune's HyperOptSearch takes points "
+            "to evaluate but not their results (no evaluated_rewards), so it would run them again.",
+            fix="Use --searcher optuna, which takes earlier trials as completed trials of its study.",
+        )
+    if _space.has_conditional(experiment.space):
+        raise ExperimentError(
+            "--warm-start is not available for a conditional space (a choice between sets of parameters): "
+            "Optuna's define-by-run study has no fixed distributions to add earlier trials to.",
+            fix="Pin the branch with --set (then the space is flat), or drop --warm-start.",
+        )
+
+
+def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri: str) -> WarmStart:
+    """The evaluated points the sweeps (or trials) ``refs`` give ``experiment``."""
+    from tunetrain.analysis import _store, load_sweep, nested_config
+
+    check_searcher(experiment)
+    points: list[tuple[dict[str, Any], list[float]]] = []
+    lines: list[str] = []
+    sources: list[str] = []
+    for ref in refs:
+        uri, _, name = ref.rpartition("#")
+        uri = uri or tracking_uri
+        try:
+            sweep = load_sweep(name, tracking_uri=uri)
+            runs, label = list(sweep.runs), sweep.name
+        except ExperimentError as not_a_sweep:
+            try:
+                runs, label = [_store(uri).run(name)], f"run {name}"
+            except ExperimentError:
+                raise ExperimentError(
+                    f"--warm-start {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in {uri}.",
+                    fix="Pass a sweep name from `tunetrain list` (or URI#SWEEP for another store).",
+                ) from not_a_sweep
+        completed = [run for run in runs if run.tags.get("tunetrain.status") == "completed"]
+        used = 0
+        for run in sorted(completed, key=lambda r: r.name):
+            config = _space.flatten(nested_config(run.params))
+            why = misfit(config, experiment) or _no_values(run.metrics, experiment)
+            if why:
+                lines.append(f"warm start: skipped {label}/{run.name}: {why}")
+                continue
+            searched = {key: config[key] for key in _space.free_dimensions(experiment.space)}
+            points.append((searched, [float(run.metrics[metric]) for metric, _ in experiment.objectives]))
+            used += 1
+        sources.append(f"{label} ({used} of {len(completed)} completed trials)")
+        others = len(runs) - len(completed)
+        lines.append(f"warm start: {used} trial(s) of {label} given to the searcher ({others} not completed)")
+    return WarmStart(points=points, lines=lines, sources=sources)
+
+
+def misfit(config: dict[str, Any], experiment: Experiment) -> str:
+    """Why an earlier trial's config (flat) does not fit the experiment's space; "" when it does."""
+    space = _space.flatten(experiment.space)
+    fixed = {**_space.flatten(experiment.defaults), **{k: v for k, v in space.items() if not _space.is_distribution(v)}}
+    for key, dimension in space.items():
+        if not _space.is_distribution(dimension):
+            continue
+        if key not in config:
+            return f"it has no value of {key}, which this sweep searches (a dimension added since)"
+        if _space.is_grid(dimension):
+            if config[key] not in dimension["grid_search"]:
+                return f"{key}={config[key]!r} is not a point of this sweep's {_space.describe(dimension)}"
+            continue
+        try:
+            _space.checked(key, config[key], dimension, said=f"{key}={config[key]!r}")
+        except ExperimentError as outside:
+            return f"{outside.message.rstrip('.')} (this sweep's range)"
+    for key, value in config.items():
+        if key not in space and key not in fixed:
+            return f"it has {key}={value!r}, which this experiment no longer has (a dimension removed)"
+        if key in fixed and not _equal(value, fixed[key]):
+            return f"its fixed value {key}={value!r} differs from this sweep's {fixed[key]!r}"
+    return ""
+
+
+def _no_values(metrics: dict[str, float], experiment: Experiment) -> str:
+    for metric, _ in experiment.objectives:
+        value = metrics.get(metric)
+        if value is None or not math.isfinite(value):
+            return f"no final finite {metric}"
+    return ""
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return list(a) == list(b)
+    return bool(a == b)
