@@ -153,6 +153,30 @@ def train_loop(config: dict[str, Any]) -> None:
                 ray.train.report(metrics)
 
 
+class NextTokenLogits(torch.nn.Module):
+    """GPT-2 returning its logits tensor (MLflow's pytorch flavour serves tensors, not
+    transformers' output objects): token ids (batch x length) in, logits out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids.long()).logits
+
+
+def export_model(checkpoint_dir: str, config: dict[str, Any]) -> torch.nn.Module:
+    """The trained GPT-2 from a checkpoint, for MLflow's Model Registry (`tunetrain register`)."""
+    model = build_model(config, vocab_size=256)  # the byte vocabulary (a pretrained model has its own)
+    model.load_state_dict(torch.load(os.path.join(checkpoint_dir, "state.pt"))["model"])
+    return NextTokenLogits(model).eval()
+
+
+def export_example(config: dict[str, Any]) -> Any:
+    """Two sequences of 16 token ids: the registered model's input example."""
+    return torch.zeros(2, 16, dtype=torch.long).numpy()
+
+
 def preflight(config: dict[str, Any]) -> None:
     """Before anything starts: pretrained GPT-2 needs the Hugging Face hub (or a local cache)."""
     if config["model"] == PRETRAINED:
@@ -219,4 +243,6 @@ experiment = Experiment(
     checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_loss
     smoke={"train.max_steps": 10, "train.eval_every": 2, "data.max_bytes": 200_000},  # sweep --smoke: 5 tiny evals
     preflight=preflight,  # checks --set model=... before anything starts
+    export_model=export_model,  # a checkpoint as a torch model: registered in MLflow at the end
+    export_example=export_example,  # its input example
 )

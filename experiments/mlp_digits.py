@@ -129,6 +129,19 @@ def train_loop(config: dict[str, Any]) -> None:
                 ray.train.report(metrics)
 
 
+def export_model(checkpoint_dir: str, config: dict[str, Any]) -> nn.Module:
+    """The trained MLP from a checkpoint, for MLflow's Model Registry (`tunetrain register`,
+    and a sweep's end): standardised pixels (as make_datasets gives them) in, 10 logits out."""
+    model = build_model(config)
+    model.load_state_dict(torch.load(os.path.join(checkpoint_dir, "state.pt"))["model"])
+    return model.eval()
+
+
+def export_example(config: dict[str, Any]) -> Any:
+    """Four held-out rows: the registered model's input example (and so its signature)."""
+    return make_datasets(seed=0)[1].tensors[0][:4].numpy()
+
+
 experiment = Experiment(
     name="mlp_digits",  # the MLflow experiment holding every sweep of this file
     train_loop=train_loop,  # runs on every Ray Train worker
@@ -152,4 +165,6 @@ experiment = Experiment(
     stop=StopRule(iterations_from=lambda c: c["epochs"]),  # a trial ends after its last epoch (one report each)
     seed=0,  # root seed: trial seeds and the searcher derive from it
     checkpoint=CheckpointPolicy(num_to_keep=2),  # keep the 2 best checkpoints by val_acc
+    export_model=export_model,  # a checkpoint as a torch model: registered in MLflow at the end
+    export_example=export_example,  # its input example
 )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tunetrain.errors import ExperimentError
 
 if TYPE_CHECKING:
-    from tunetrain.api import ReplayResult, SmokeResult, SweepResult, replay, resume, smoke, sweep
+    from tunetrain.api import Registered, ReplayResult, SmokeResult, SweepResult, register, replay, resume, smoke, sweep
     from tunetrain.context import TrialContext, get_context
     from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
     from tunetrain.seeding import data_loader_seeding
@@ -25,9 +25,11 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _WHERE = {
+    "Registered": "tunetrain.api",
     "ReplayResult": "tunetrain.api",
     "SmokeResult": "tunetrain.api",
     "SweepResult": "tunetrain.api",
+    "register": "tunetrain.api",
     "replay": "tunetrain.api",
     "resume": "tunetrain.api",
     "smoke": "tunetrain.api",
@@ -62,6 +64,7 @@ __all__ = [
     "CheckpointPolicy",
     "Experiment",
     "ExperimentError",
+    "Registered",
     "ReplayResult",
     "SmokeResult",
     "StepRunner",
@@ -73,6 +76,7 @@ __all__ = [
     "get_context",
     "load_experiment",
     "load_state_dicts",
+    "register",
     "replay",
     "resume",
     "smoke",

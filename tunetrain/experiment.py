@@ -155,6 +155,11 @@ class Experiment:
         warm_start: earlier sweeps (names or parent run ids, ``URI#NAME`` in another store) or
             trials (run ids) whose completed trials the searcher gets as evaluated points
             before it suggests anything (Optuna only). See docs/carry_forward.md.
+        export_model: ``f(checkpoint_dir, config) -> torch.nn.Module`` (in eval mode): how a
+            trial's checkpoint becomes the model that ``register`` (and a sweep's end) logs
+            to MLflow as an ``mlflow.pytorch`` model; without it the checkpoint folder is
+            registered as it is. ``export_example``: ``f(config)`` -> a small input batch (a
+            NumPy array) logged as the model's input example (its signature).
     """
 
     name: str
@@ -183,6 +188,8 @@ class Experiment:
     max_failures: int = 0
     baseline: Mapping[str, Any] | bool = True
     warm_start: Sequence[str] = ()
+    export_model: Callable[[str, dict[str, Any]], Any] | None = None
+    export_example: Callable[[dict[str, Any]], Any] | None = None
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
 
@@ -405,6 +412,13 @@ class Experiment:
                 fix='Use e.g. warm_start=["mlp_digits-20261130-101500"].',
             )
         object.__setattr__(self, "warm_start", tuple(self.warm_start))
+        for field in ("export_model", "export_example"):
+            if getattr(self, field) is not None and not callable(getattr(self, field)):
+                raise ExperimentError(
+                    f"Experiment.{field} must be a function, but got {getattr(self, field)!r}.",
+                    fix="See docs/carry_forward.md: export_model(checkpoint_dir, config) -> torch.nn.Module, "
+                    "export_example(config) -> a NumPy batch.",
+                )
         if isinstance(self.baseline, Mapping):
             baseline_point(self.space, self.baseline)  # raises for a key or value the space does not have
         for key, value in iter_leaves(self.defaults):

@@ -7,15 +7,18 @@ trial never raises, and Ctrl+C (a notebook's interrupt too) ends the sweep clean
 its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` set.
 """
 
+from tunetrain.api._register import Registered, register
 from tunetrain.api._replay import ReplayResult, replay
 from tunetrain.api._result import SweepResult
 from tunetrain.api._smoke import SmokeResult, smoke
 from tunetrain.api._sweep import resolve_experiment, resume, sweep
 
 __all__ = [
+    "Registered",
     "ReplayResult",
     "SmokeResult",
     "SweepResult",
+    "register",
     "replay",
     "resolve_experiment",
     "resume",

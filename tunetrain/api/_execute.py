@@ -36,6 +36,7 @@ def execute(
     resume: Any = None,
     confirm_above: str | None = None,
     yes: bool = False,
+    register: bool = False,
     recorder: Callable[..., Any] | None = None,
     view: Callable[..., Any] | None = None,
 ) -> SweepResult:
@@ -151,6 +152,11 @@ def execute(
         status = "ok"
     else:
         status = "all_failed"
+    registered = None
+    if register and status == "ok" and outcome.parent_run_id and not outcome.interrupted:
+        from tunetrain.api._register import register_at_end
+
+        registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream)
     return SweepResult(
         name=plan.sweep_name,
         status=status,  # type: ignore[arg-type]
@@ -166,6 +172,7 @@ def execute(
         error=outcome.bad_input,
         outcome=outcome,
         plan=plan,
+        registered=registered,
     )
 
 

@@ -32,6 +32,7 @@ class SweepResult:
     error: str | None = None
     outcome: Any = None  # tunetrain.records.SweepOutcome (None for a dry run)
     plan: Any = None  # tunetrain.engine.plan.SweepPlan
+    registered: Any = None  # tunetrain.api.Registered: the best trial's model version, if registered
 
     @property
     def best_trial(self) -> Any:

@@ -98,6 +98,7 @@ def sweep(
     budget: str | None = None,
     confirm_above: str | None = None,
     yes: bool = False,
+    register: bool = True,
     report: bool = True,
     resume: bool = False,
     dry_run: bool = False,
@@ -114,7 +115,8 @@ def sweep(
     ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``);
     ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id, in
     the same tracking store) pins every value of that config, ``overrides`` winning.
-    ``baseline=False`` runs no baseline trial (``Experiment.baseline``); ``warm_start``
+    ``register`` logs the best trial's best checkpoint to MLflow's Model Registry at the end
+    (:func:`tunetrain.register`). ``baseline=False`` runs no baseline trial (``Experiment.baseline``); ``warm_start``
     (sweeps or trial run ids, ``URI#NAME`` in another store) gives their completed trials to
     the searcher as evaluated points (``Experiment.warm_start``).
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
@@ -185,6 +187,7 @@ def sweep(
         require_estimate=require_estimate,
         confirm_above=confirm_above,
         yes=yes,
+        register=register,
         report=report,
         recorder=recorder,
         stream=out,

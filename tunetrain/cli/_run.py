@@ -146,6 +146,11 @@ def sweep_parser(subparsers: Any) -> None:
         action="store_true",
         help="no HTML sweep report (nor its MLflow artifacts) at the end",
     )
+    group4.add_argument(
+        "--no-register",
+        action="store_true",
+        help="do not register the best trial's model in MLflow's Model Registry at the end (see tunetrain register)",
+    )
     parser.set_defaults(command=sweep_command)
 
 
@@ -192,6 +197,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         budget=args.budget,
         confirm_above=args.confirm_above,
         yes=args.yes,
+        register=not args.no_register,
         report=not args.no_report,
         resume=args.resume,
         dry_run=args.dry_run,

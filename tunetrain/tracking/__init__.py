@@ -13,6 +13,7 @@ and the rest are counted.
 - :mod:`~tunetrain.tracking.journal`: the records on local disk before they are sent;
 - :mod:`~tunetrain.tracking.recorder`: the background recorder (and the no-op one);
 - :mod:`~tunetrain.tracking.store`: reading sweeps back from any tracking URI;
+- :mod:`~tunetrain.tracking.registry`: a trial's checkpoint as a registered model version;
 - :mod:`~tunetrain.tracking.ui`: the MLflow UI server;
 - :mod:`~tunetrain.tracking.uri`: which store (flag, ``MLFLOW_TRACKING_URI``, default), checked.
 """
@@ -20,6 +21,7 @@ and the rest are counted.
 from tunetrain.tracking import schema
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
 from tunetrain.tracking.recorder import NullRecorder, Recorder, SweepRecorder
+from tunetrain.tracking.registry import RegisteredVersion, register_version
 from tunetrain.tracking.store import (
     RunRecord,
     SmokeTimings,
@@ -38,6 +40,7 @@ __all__ = [
     "JournalState",
     "NullRecorder",
     "Recorder",
+    "RegisteredVersion",
     "RunRecord",
     "SmokeTimings",
     "SweepRecorder",
@@ -49,6 +52,7 @@ __all__ = [
     "default_tracking_uri",
     "describe_shape",
     "latest_smoke_timings",
+    "register_version",
     "resolve_tracking_uri",
     "schema",
     "start_ui_server",

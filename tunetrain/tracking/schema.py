@@ -82,6 +82,15 @@ DEFAULT_PARAM_PREFIX = "default."
 # Params: the resolved config, flattened ("optimizer.lr"), plus SEED_TAG.
 TRIAL_ID_TAG = "tunetrain.trial_id"  # Ray Tune's trial id
 TRIAL_INDEX_TAG = "tunetrain.trial_index"
+# -- a registered model version (register, and a sweep's end) --------------------------------
+REGISTERED_CHECKPOINT_ARTIFACT = "best_checkpoint"  # on the trial's run, when no export_model
+VERSION_SWEEP_TAG = "tunetrain.sweep"  # the sweep's name
+VERSION_SWEEP_RUN_TAG = "tunetrain.sweep_run_id"
+VERSION_TRIAL_TAG = "tunetrain.trial"
+VERSION_TRIAL_RUN_TAG = "tunetrain.trial_run_id"
+VERSION_CONFIG_TAG = "tunetrain.config"  # JSON
+VERSION_CHECKPOINT_TAG = "tunetrain.checkpoint"  # the checkpoint folder it came from
+REGISTERED_MODEL_TAG = "tunetrain.registered_model"  # on the sweep's parent run: "NAME/VERSION"
 BASELINE_TAG = "tunetrain.baseline"  # "true" on the baseline trial's run
 SEED_TAG = "tunetrain.seed"
 WORKER_SEEDS_TAG = "tunetrain.worker_seeds"  # each worker's seed, rank order

@@ -1,0 +1,121 @@
+"""``tunetrain register`` and a sweep's end: the best model in MLflow's Model Registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import EXPERIMENTS, run_cli
+from tunetrain.analysis import load_sweep
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _digits_validation() -> tuple[np.ndarray, np.ndarray]:
+    """The held-out split the mlp_digits trials report val_acc on, as they prepare it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlp_digits_for_test", EXPERIMENTS / "mlp_digits.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x, y = module.make_datasets(seed=0)[1].tensors
+    return x.numpy(), y.numpy()
+
+
+@pytest.mark.slow
+def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves(workdir: Path) -> None:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    status, out = run_cli(
+        "sweep", str(EXPERIMENTS / "mlp_digits.py"), "--num-samples", "2", "--set", "epochs=3", "--no-report",
+        "--no-baseline", "--name", "reg",
+    )  # fmt: skip
+    assert status == 0, out
+    sweep = load_sweep("reg")
+    best = sweep.best(1).iloc[0]
+    assert f"Registered models:/mlp_digits/1 from {best['trial']}'s checkpoint" in out, out
+    client = MlflowClient(uri)
+    version = client.get_model_version("mlp_digits", "1")
+    # The version links back to the sweep, the trial's run, its config and seed.
+    assert version.run_id == best["run_id"]
+    assert version.tags["tunetrain.sweep"] == "reg" and version.tags["tunetrain.trial_run_id"] == best["run_id"]
+    assert json.loads(version.tags["tunetrain.config"])["hidden"] == best["config/hidden"]
+    assert version.tags["tunetrain.seed"] == str(best["seed"])
+    assert sweep.tags["tunetrain.registered_model"] == "mlp_digits/1"
+    # A real model: it loads through pyfunc and scores what the trial recorded on the same split.
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/mlp_digits/1")
+    x, y = _digits_validation()
+    accuracy = float((np.asarray(model.predict(x)).argmax(axis=1) == y).mean())
+    assert accuracy == pytest.approx(best["best_val_acc"], abs=1e-9)
+    # `mlflow models serve` answers an /invocations request (started and stopped here, by pid).
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/mlp_digits/1", "--env-manager", "local",
+         "-h", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert server.stderr is not None
+        said = []
+        for line in iter(server.stderr.readline, b""):  # until it says it listens (or dies: EOF)
+            said.append(line.decode(errors="replace"))
+            if f"127.0.0.1:{port}" in said[-1] and (
+                "running on" in said[-1].lower() or "listening" in said[-1].lower()
+            ):
+                break
+        else:
+            pytest.fail("mlflow models serve ended before it listened:\n" + "".join(said))
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({"inputs": x[:3].tolist()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            predictions = np.asarray(json.loads(response.read())["predictions"])
+        assert predictions.shape == (3, 10)
+        assert np.allclose(predictions, np.asarray(model.predict(x[:3])), atol=1e-5)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_register_without_export_model_registers_the_checkpoint_folder_with_a_note(
+    workdir: Path, analysed_sweep: object
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import AnalysedSweep
+
+    assert isinstance(analysed_sweep, AnalysedSweep)
+    uri = analysed_sweep.tracking_uri
+    status, out = run_cli("register", "analysed-1", "--trial", "trial_0001", "--name", "plain", "--tracking-uri", uri)
+    assert status == 0, out
+    assert "Registered models:/plain/1 from trial_0001's checkpoint" in out and "no export_model" in out
+    version = MlflowClient(uri).get_model_version("plain", "1")
+    assert "not an MLflow model" in (version.description or "")
+    assert (version.source or "").endswith("/best_checkpoint")
+    assert version.run_id is not None
+    files = {f.path for f in MlflowClient(uri).list_artifacts(version.run_id, "best_checkpoint")}
+    assert files == {"best_checkpoint/state.json"}
+    status, out = run_cli("register", "analysed-1", "--trial", "trial_9999", "--tracking-uri", uri)
+    assert status == 2 and "--trial 'trial_9999' is not a trial of sweep 'analysed-1'" in out

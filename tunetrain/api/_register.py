@@ -1,0 +1,148 @@
+"""``tunetrain.register``: a sweep's best trial (or a named one) in MLflow's Model Registry,
+from its best kept checkpoint; also what a sweep does at its end unless ``--no-register``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, TextIO
+
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment, load_experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """A registered model version and where it came from."""
+
+    name: str
+    version: str
+    model_uri: str  # models:/NAME/VERSION: mlflow.pyfunc.load_model, `mlflow models serve -m`
+    kind: str  # "pytorch": a loadable model (export_model); "checkpoint": the folder as artifacts
+    trial: str
+    run_id: str
+    checkpoint: str
+
+    def line(self) -> str:
+        what = "as an mlflow.pytorch model" if self.kind == "pytorch" else "as its checkpoint folder (no export_model)"
+        return f"Registered {self.model_uri} from {self.trial}'s checkpoint {os.path.basename(self.checkpoint)} {what}"
+
+
+def register(
+    sweep: str | None = None,
+    *,
+    trial: str | None = None,
+    name: str | None = None,
+    tracking_uri: str | None = None,
+    experiment: Experiment | str | os.PathLike[str] | None = None,
+) -> Registered:
+    """Register the best kept checkpoint of sweep ``sweep``'s best trial (or of ``trial``, a
+    trial name or run id) as a new version of registered model ``name`` (default: the
+    experiment's name). ``experiment`` (default: the file the sweep recorded) gives
+    ``export_model``: with it the version is an ``mlflow.pytorch`` model that
+    ``mlflow.pyfunc.load_model("models:/NAME/VERSION")`` loads and runs; without it the
+    checkpoint folder is logged on the trial's run and registered as it is, with a note."""
+    from tunetrain.analysis import load_sweep, nested_config
+    from tunetrain.tracking import register_version, schema
+
+    found = load_sweep(sweep, tracking_uri=tracking_uri)
+    trials = found.trials()
+    if trial is None:
+        if found.metric not in found.metrics or found.best(1).empty:
+            raise ExperimentError(
+                f"Sweep {found.name!r} has no trial with a finite {found.metric!r} to register.",
+                fix="Look at the trials with `tunetrain show`; pass --trial to register one anyway.",
+            )
+        row = found.best(1).iloc[0]
+    else:
+        rows = trials[(trials["trial"] == trial) | (trials["run_id"] == trial)]
+        if rows.empty:
+            raise ExperimentError(
+                f"--trial {trial!r} is not a trial of sweep {found.name!r}; its trials are "
+                f"{', '.join(trials['trial'])}.",
+                fix="Pass a trial name (trial_0003) or run id from `tunetrain show SWEEP --all-columns`.",
+            )
+        row = rows.iloc[0]
+    checkpoint = row["checkpoint"]
+    if not isinstance(checkpoint, str) or not checkpoint:
+        raise ExperimentError(
+            f"Trial {row['trial']} of sweep {found.name!r} kept no checkpoint, so there is no model to register.",
+            fix="Report checkpoints with ray.train.report(metrics, checkpoint=...) in the train loop.",
+        )
+    run = next(r for r in found.runs if r.run_id == row["run_id"])
+    config = nested_config(run.params)
+    exp = _experiment(experiment, found.tags.get(schema.EXPERIMENT_FILE_TAG, ""))
+    metric = found.metric
+    tags = {
+        schema.VERSION_SWEEP_TAG: found.name,
+        schema.VERSION_SWEEP_RUN_TAG: found.run_id,
+        schema.VERSION_TRIAL_TAG: str(row["trial"]),
+        schema.VERSION_TRIAL_RUN_TAG: str(row["run_id"]),
+        schema.VERSION_CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
+        schema.SEED_TAG: str(row["seed"]),
+        schema.VERSION_CHECKPOINT_TAG: checkpoint,
+        f"tunetrain.best_{metric}": f"{row[f'best_{metric}']:.6g}",
+    }
+    model, example, note = None, None, ""
+    from ray.train import Checkpoint  # local paths and cloud URIs alike
+
+    with Checkpoint(checkpoint).as_directory() as folder:
+        if exp is not None and exp.export_model is not None:
+            model = exp.export_model(folder, config)
+            example = exp.export_example(config) if exp.export_example is not None else None
+        else:
+            note = (
+                "The trial's checkpoint folder as the trial saved it, not an MLflow model: the experiment sets no "
+                "export_model (docs/carry_forward.md)."
+            )
+        version = register_version(
+            tracking_uri=found.store.tracking_uri,
+            run_id=str(row["run_id"]),
+            name=name or found.experiment,
+            checkpoint_dir=folder,
+            model=model,
+            input_example=example,
+            tags=tags,
+            description=note,
+        )
+    found.store.set_tags(found.run_id, {schema.REGISTERED_MODEL_TAG: f"{version.name}/{version.version}"})
+    return Registered(
+        name=version.name,
+        version=version.version,
+        model_uri=version.model_uri,
+        kind=version.kind,
+        trial=str(row["trial"]),
+        run_id=str(row["run_id"]),
+        checkpoint=checkpoint,
+    )
+
+
+def _experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment | None:
+    """The experiment that says how to export the model: given, else the file the sweep
+    recorded (None when that file is gone: the checkpoint is registered as it is)."""
+    if isinstance(given, Experiment):
+        return given
+    path = os.fspath(given) if given is not None else recorded
+    if not path or (given is None and not os.path.isfile(path)):
+        return None
+    return load_experiment(path)
+
+
+def register_at_end(outcome: Any, experiment: Experiment, *, tracking_uri: str, stream: TextIO) -> Registered | None:
+    """A sweep's end: its best trial registered (the line printed), or why not, in one line;
+    a failure here never changes the sweep's result (everything is recorded already)."""
+    try:
+        registered = register(outcome.parent_run_id, tracking_uri=tracking_uri, experiment=experiment)
+    except ExperimentError as exc:
+        print(f"Model not registered: {exc.message}", file=stream, flush=True)
+        return None
+    except Exception as exc:  # the registry is a convenience: say why and go on
+        print(
+            f"Model not registered ({type(exc).__name__}: {exc}); retry: tunetrain register {outcome.sweep_name}",
+            file=stream,
+            flush=True,
+        )
+        return None
+    print(registered.line(), file=stream, flush=True)
+    return registered

@@ -1,0 +1,37 @@
+"""The commands that carry a sweep's results forward: register (and confirm)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from tunetrain.cli._common import EXIT_OK
+
+
+def register_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "register",
+        help="register a sweep's best model in MLflow's Model Registry",
+        description="Log the best kept checkpoint of a sweep's best trial (or of --trial) to MLflow and register "
+        "it as a new version of a registered model: an mlflow.pytorch model when the experiment has "
+        "export_model, else the checkpoint folder with a note. A sweep does this at its end unless --no-register.",
+    )
+    parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest sweep)")
+    parser.add_argument("--trial", help="a trial name (trial_0003) or run id instead of the best trial")
+    parser.add_argument("--name", help="the registered model's name (default: the experiment's)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument(
+        "--experiment-file", help="the experiment file whose export_model to use (default: the one the sweep recorded)"
+    )
+    parser.set_defaults(command=register_command)
+
+
+def register_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain.api import register
+
+    registered = register(
+        args.sweep, trial=args.trial, name=args.name, tracking_uri=args.tracking_uri, experiment=args.experiment_file
+    )
+    print(registered.line(), file=stream)
+    return EXIT_OK
