@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
-from collections.abc import Iterator, Mapping
+import os
+import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from tunetrain.tracking import schema
@@ -23,24 +24,6 @@ class RegisteredVersion:
     version: str
     model_uri: str  # what mlflow.pyfunc.load_model / `mlflow models serve -m` take: models:/NAME/VERSION
     kind: str  # "pytorch" (a loadable model) or "checkpoint" (the folder, as artifacts)
-
-
-@contextlib.contextmanager
-def _fluent(tracking_uri: str) -> Iterator[None]:
-    """MLflow's fluent API (log_model, register_model) on ``tracking_uri``, quietly: it keeps
-    the tracking URI in a global, which is put back after."""
-    import mlflow
-
-    before = mlflow.get_tracking_uri()
-    logger = logging.getLogger("mlflow")
-    level = logger.level
-    mlflow.set_tracking_uri(tracking_uri)
-    logger.setLevel(logging.WARNING)  # no "Successfully registered model" / "Created version" lines
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before)
-        logger.setLevel(level)
 
 
 def register_version(
@@ -60,37 +43,49 @@ def register_version(
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    # MlflowClient throughout, not the fluent API (mlflow.log_model, register_model): that
+    # keeps the tracking URI in a global and in MLFLOW_TRACKING_URI, which would then point
+    # every later store lookup of this process at this store.
     client = MlflowClient(tracking_uri)
     run = client.get_run(run_id)
-    with _fluent(tracking_uri):
-        if model is not None:
-            import torch
+    with contextlib.suppress(mlflow.exceptions.MlflowException):  # it exists already
+        client.create_registered_model(name)
+    if model is not None:
+        import mlflow.pytorch
+        import torch
 
-            logged = mlflow.initialize_logged_model(
-                name="model", source_run_id=run_id, experiment_id=run.info.experiment_id
-            )
-            info = mlflow.pytorch.log_model(
+        # What mlflow.pytorch.log_model does, through the client: a LoggedModel whose source
+        # run is the trial's (the run stays as it ended), its files, then READY.
+        logged = client.create_logged_model(run.info.experiment_id, name="model", source_run_id=run_id)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model")
+            mlflow.pytorch.save_model(
                 model,
-                name="model",
-                model_id=logged.model_id,
+                path,
                 input_example=input_example,
                 # Given, not inferred: inferring loads the model in a subprocess (slow, and it
                 # guesses); `mlflow models serve --env-manager local` uses this environment.
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
             )
-            version = mlflow.register_model(info.model_uri, name, tags=dict(tags))
-            kind = "pytorch"
-        else:
-            client.log_artifacts(run_id, checkpoint_dir, artifact_path=schema.REGISTERED_CHECKPOINT_ARTIFACT)
-            with contextlib.suppress(mlflow.exceptions.MlflowException):  # it exists already
-                client.create_registered_model(name)
-            version = client.create_model_version(
-                name,
-                source=f"{run.info.artifact_uri}/{schema.REGISTERED_CHECKPOINT_ARTIFACT}",
-                run_id=run_id,
-                tags={k: str(v) for k, v in tags.items()},
-            )
-            kind = "checkpoint"
+            client.log_model_artifacts(logged.model_id, path)
+        client.finalize_logged_model(logged.model_id, "READY")
+        version = client.create_model_version(
+            name,
+            source=f"models:/{logged.model_id}",
+            run_id=run_id,
+            tags={k: str(v) for k, v in tags.items()},
+            model_id=logged.model_id,
+        )
+        kind = "pytorch"
+    else:
+        client.log_artifacts(run_id, checkpoint_dir, artifact_path=schema.REGISTERED_CHECKPOINT_ARTIFACT)
+        version = client.create_model_version(
+            name,
+            source=f"{run.info.artifact_uri}/{schema.REGISTERED_CHECKPOINT_ARTIFACT}",
+            run_id=run_id,
+            tags={k: str(v) for k, v in tags.items()},
+        )
+        kind = "checkpoint"
     if description:
         client.update_model_version(name, version.version, description=description)
     return RegisteredVersion(name, str(version.version), f"models:/{name}/{version.version}", kind)
