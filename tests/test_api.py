@@ -13,6 +13,7 @@ import pytest
 
 import tunetrain
 from tests.conftest import run_cli, write_experiment
+from tunetrain.analysis import load_sweep
 from tunetrain.tracking import NullRecorder
 
 TOY = """
@@ -132,3 +133,36 @@ def test_an_old_journal_resumes_from_its_command_line(workdir: Path, ray_cluster
         tunetrain.resume("old")
     status, out = run_cli("resume", "old")
     assert status == 0 and "Sweep old finished: 3 trials" in out, out  # 2 and the baseline
+
+
+def test_confirm_reruns_the_top_configurations_with_new_seeds_and_reranks_them(
+    workdir: Path, ray_cluster: None
+) -> None:
+    path = write_experiment(workdir, TOY)
+    first = tunetrain.sweep(path, num_samples=5, seed=3, name="six", report=False, register=False)
+    assert first.status == "ok" and len(first.trials) == 6  # 5 and the baseline
+    status, out = run_cli("confirm", "six", "--top-k", "2", "--seeds", "2", "--seed", "8")
+    assert status == 0, out
+    original = load_sweep("six")
+    top = original.best(2)
+    confirming = load_sweep("six-confirm")
+    runs = confirming.trials()
+    assert len(runs) == 4 and set(runs["status"]) == {"completed"}  # every one to its end
+    assert confirming.tags["tunetrain.confirms"] == "six" and original.tags["tunetrain.confirmed_by"] == "six-confirm"
+    assert confirming.scheduler == "fifo"
+    # Each configuration twice, with two new seeds (none of the original's).
+    of = [run.tags["tunetrain.confirm_of"] for run in confirming.runs]
+    assert sorted(of) == sorted(list(top["trial"]) * 2)
+    assert not set(runs["seed"]) & set(original.trials()["seed"]) and runs["seed"].nunique() == 4
+    for _, row in runs.iterrows():  # the original trial's config, searched values and fixed ones
+        source = original.trials().set_index("trial").loc[of[list(runs["run_id"]).index(row["run_id"])]]
+        assert row["config/x"] == source["config/x"] and row["config/offset"] == source["config/offset"]
+    table = confirming.confirmation()
+    assert list(table.columns) == ["trial", "original", "mean", "std", "min", "max", "seeds"]
+    assert sorted(table["trial"]) == sorted(top["trial"]) and set(table["seeds"]) == {2}
+    assert "Configurations of six ranked by their mean loss (min) over the new seeds:" in out
+    winner = str(top.iloc[0]["trial"])
+    assert f"The original winner, {winner}," in out
+    assert ("still wins" in out) == (table.iloc[0]["trial"] == winner)
+    status, out = run_cli("confirm", "six", "--top-k", "0")
+    assert status == 2 and "--top-k must be an integer >= 1, but got 0" in out

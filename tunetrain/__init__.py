@@ -15,7 +15,19 @@ from typing import TYPE_CHECKING, Any
 from tunetrain.errors import ExperimentError
 
 if TYPE_CHECKING:
-    from tunetrain.api import Registered, ReplayResult, SmokeResult, SweepResult, register, replay, resume, smoke, sweep
+    from tunetrain.api import (
+        ConfirmResult,
+        Registered,
+        ReplayResult,
+        SmokeResult,
+        SweepResult,
+        confirm,
+        register,
+        replay,
+        resume,
+        smoke,
+        sweep,
+    )
     from tunetrain.context import TrialContext, get_context
     from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
     from tunetrain.seeding import data_loader_seeding
@@ -25,6 +37,8 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _WHERE = {
+    "ConfirmResult": "tunetrain.api",
+    "confirm": "tunetrain.api",
     "Registered": "tunetrain.api",
     "ReplayResult": "tunetrain.api",
     "SmokeResult": "tunetrain.api",
@@ -62,6 +76,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CheckpointPolicy",
+    "ConfirmResult",
     "Experiment",
     "ExperimentError",
     "Registered",
@@ -72,6 +87,7 @@ __all__ = [
     "StopRule",
     "SweepResult",
     "TrialContext",
+    "confirm",
     "data_loader_seeding",
     "get_context",
     "load_experiment",

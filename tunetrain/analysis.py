@@ -240,6 +240,37 @@ class Sweep:
             baseline=(str(row["trial"]), None if pd.isna(value) else float(value), str(row["status"])),
         )
 
+    def confirmation(self) -> pd.DataFrame:
+        """A ``tunetrain confirm`` sweep's configurations, one row each, best mean first:
+        the original trial whose config it ran again, its value in the original sweep
+        (``original``, recorded when the confirmation ran), the mean, spread (``std``, sample
+        standard deviation), ``min`` and ``max`` of this sweep's best ``metric`` over its seeds,
+        and ``seeds``. Empty for a sweep that confirms nothing."""
+        columns = ["trial", "original", "mean", "std", "min", "max", "seeds"]
+        frame = self._trials
+        if schema.CONFIRMS_TAG not in self.tags or frame.empty:
+            return pd.DataFrame(columns=columns)
+        value = f"best_{self.metric}"
+        of = {run.run_id: run.tags.get(schema.CONFIRM_OF_TAG) for run in self.runs}
+        original = {
+            run.tags.get(schema.CONFIRM_OF_TAG): _value(run.tags.get(schema.CONFIRM_ORIGINAL_TAG, "nan"))
+            for run in self.runs
+        }
+        frame = frame.assign(_of=frame["run_id"].map(of)).dropna(subset=["_of"])
+        grouped = frame.groupby("_of")[value]
+        table = pd.DataFrame(
+            {
+                "original": [float(original.get(key, math.nan)) for key in grouped.groups],
+                "mean": grouped.mean(),
+                "std": grouped.std(),
+                "min": grouped.min(),
+                "max": grouped.max(),
+                "seeds": grouped.count(),
+            }
+        )
+        table = table.rename_axis("trial").reset_index()
+        return table.sort_values("mean", ascending=self.mode == "min", kind="stable").reset_index(drop=True)[columns]
+
     def best_config(self, *, metric: str | None = None, mode: Mode | None = None) -> dict[str, Any]:
         """The best trial's config, nested as the train loop received it."""
         top = self.best(1, metric=metric, mode=mode)

@@ -56,6 +56,18 @@ def _top_table(sweep: Sweep, top_k: int) -> str:
     return str(top[columns].to_html(index=False, float_format=lambda v: f"{v:.6g}", na_rep="", border=0))
 
 
+def _confirmation(sweep: Sweep) -> str:
+    """A ``tunetrain confirm`` sweep's configurations: the spread of the metric over the seeds."""
+    table = sweep.confirmation()
+    if table.empty:
+        return ""
+    confirms = html.escape(sweep.settings().get("confirms", "?"))
+    return (
+        f"<h2>Confirmation of {confirms}: best {html.escape(sweep.metric)} per configuration over its seeds</h2>"
+        + str(table.to_html(index=False, float_format=lambda v: f"{v:.6g}", na_rep="", border=0))
+    )
+
+
 def write_report(sweep: Sweep, output: str | Path, *, top_k: int = 10, log_to_mlflow: bool = True) -> Path:
     """Write ``output`` (an .html file) and its PNGs next to it (``<stem>_figures/``);
     with ``log_to_mlflow``, log them as artifacts of the sweep's parent run. Returns the path."""
@@ -104,6 +116,7 @@ def write_report(sweep: Sweep, output: str | Path, *, top_k: int = 10, log_to_ml
 <pre>{html.escape(best_config, quote=False)}</pre>
 <h2>Top {top_k} trials by {html.escape(sweep.metric)} ({sweep.mode})</h2>
 {_top_table(sweep, top_k)}
+{_confirmation(sweep)}
 <h2>Plots</h2>
 {"".join(images) or "<p class='muted'>No metric was reported: nothing to plot.</p>"}
 <h2>Search space</h2>

@@ -7,6 +7,7 @@ trial never raises, and Ctrl+C (a notebook's interrupt too) ends the sweep clean
 its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` set.
 """
 
+from tunetrain.api._confirm import ConfirmResult, confirm
 from tunetrain.api._register import Registered, register
 from tunetrain.api._replay import ReplayResult, replay
 from tunetrain.api._result import SweepResult
@@ -14,10 +15,12 @@ from tunetrain.api._smoke import SmokeResult, smoke
 from tunetrain.api._sweep import resolve_experiment, resume, sweep
 
 __all__ = [
+    "ConfirmResult",
     "Registered",
     "ReplayResult",
     "SmokeResult",
     "SweepResult",
+    "confirm",
     "register",
     "replay",
     "resolve_experiment",

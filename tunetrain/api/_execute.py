@@ -144,7 +144,7 @@ def execute(
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
     if report and outcome.parent_run_id and not outcome.bad_input:
-        _end_of_sweep_report(outcome, tracking_uri, Path(plan.sweep_dir), stream)
+        end_of_sweep_report(outcome, tracking_uri, Path(plan.sweep_dir), stream)
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
         status = "bad_input"
@@ -252,7 +252,7 @@ def _resumed_plan(plan: Any, resume: Any) -> Any:
     return plan
 
 
-def _end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
+def end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
     """The sweep report, written after the summary; a failure here never changes the sweep's
     result (everything is recorded already), it is only said."""
     from tunetrain.analysis import load_sweep

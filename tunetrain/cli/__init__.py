@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from tunetrain.cli._carry import register_parser
+from tunetrain.cli._carry import confirm_parser, register_parser
 from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
 from tunetrain.cli._run import doctor_parser, replay_parser, resume_parser, sweep_parser, sync_parser
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         ui_parser,
         replay_parser,
         register_parser,
+        confirm_parser,
     ):
         add(subparsers)
     return parser

@@ -1,4 +1,4 @@
-"""The commands that carry a sweep's results forward: register (and confirm)."""
+"""The commands that carry a sweep's results forward: register and confirm."""
 
 from __future__ import annotations
 
@@ -35,3 +35,45 @@ def register_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -
     )
     print(registered.line(), file=stream)
     return EXIT_OK
+
+
+def confirm_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "confirm",
+        help="run a sweep's top configurations again with new seeds and re-rank them",
+        description="Run the --top-k best configurations of a sweep again, --seeds times each with new seeds, to "
+        "their end (FIFO, no early stopping), as a new sweep linked to the original (tags on both); print the "
+        "configurations ranked by their mean and whether the original winner still wins.",
+    )
+    parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest sweep)")
+    parser.add_argument("--top-k", type=int, default=3, help="how many of the best configurations (default 3)")
+    parser.add_argument("--seeds", type=int, default=3, help="runs of each, with new seeds (default 3)")
+    parser.add_argument("--seed", type=int, help="the confirming sweep's root seed (default: drawn and recorded)")
+    parser.add_argument("--name", help="the confirming sweep's name (default: SWEEP-confirm)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--storage", help="where its checkpoints go (default ./tunetrain_results)")
+    parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
+    parser.add_argument("--experiment-file", help="the experiment file (default: the one the sweep recorded)")
+    parser.add_argument("--no-report", action="store_true", help="no HTML report of the confirming sweep")
+    parser.set_defaults(command=confirm_command)
+
+
+def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain.api import confirm
+    from tunetrain.cli._common import _command
+
+    result = confirm(
+        args.sweep,
+        top_k=args.top_k,
+        seeds=args.seeds,
+        seed=args.seed,
+        name=args.name,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        address=args.address,
+        experiment=args.experiment_file,
+        report=not args.no_report,
+        stream=stream,
+        command=_command(args),
+    )
+    return result.sweep.exit_status

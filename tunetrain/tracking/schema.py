@@ -70,6 +70,14 @@ SMOKE_STARTUP_TAG = "tunetrain.smoke.startup_s"
 SMOKE_ITERATION_TAG = "tunetrain.smoke.iteration_s"
 SMOKE_SHAPE_TAGS = (WORKERS_PER_TRIAL_TAG, TRIAL_RUNNER_TAG)
 # A replay: the run it replayed (on the new trial's run and its parent run).
+# `tunetrain confirm`: the confirming sweep's parent run names the sweep it confirms, the
+# confirmed sweep's parent run the sweeps that confirmed it, each trial the original trial
+# whose config it runs again.
+CONFIRMS_TAG = "tunetrain.confirms"  # the confirmed sweep's name
+CONFIRMS_RUN_TAG = "tunetrain.confirms_run_id"
+CONFIRMED_BY_TAG = "tunetrain.confirmed_by"  # "NAME, NAME" of the confirming sweeps
+CONFIRM_OF_TAG = "tunetrain.confirm_of"  # on a confirming trial: the original trial's name
+CONFIRM_ORIGINAL_TAG = "tunetrain.confirm_original"  # ... and that trial's best value there
 REPLAY_OF_TAG = "tunetrain.replay_of"
 REPLAY_OF_TRIAL_TAG = "tunetrain.replay_of_trial"
 

@@ -1,0 +1,190 @@
+"""``tunetrain.confirm``: the k best configurations of a sweep run again with new seeds, to
+their end, as a new sweep linked to the original; then the configurations re-ranked by their
+mean over the seeds (with an ASHA sweep's noisy early rungs, a winner picked from one seed is
+often luck)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from typing import Any, TextIO
+
+import pandas as pd
+
+from tunetrain import _space
+from tunetrain.api._result import SweepResult
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment, load_experiment
+
+
+@dataclasses.dataclass
+class ConfirmResult:
+    """The confirming sweep, its configurations re-ranked, and whether the original winner
+    still wins."""
+
+    sweep: SweepResult
+    table: pd.DataFrame  # tunetrain.analysis.Sweep.confirmation(): trial, original, mean, std, min, max, seeds
+    winner: str  # the original sweep's best trial
+    winner_holds: bool
+
+
+def confirm(
+    sweep: str | None = None,
+    *,
+    top_k: int = 3,
+    seeds: int = 3,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    address: str | None = None,
+    name: str | None = None,
+    experiment: Experiment | str | os.PathLike[str] | None = None,
+    seed: int | None = None,
+    report: bool = True,
+    stream: TextIO | None = None,
+    command: list[str] | None = None,
+) -> ConfirmResult:
+    """Run the ``top_k`` best configurations of ``sweep`` (name or parent run id; default the
+    newest) again, ``seeds`` times each with new seeds, FIFO (no early stopping), as a new
+    sweep (``name``, default ``<sweep>-confirm``) of the experiment (default: the file the
+    sweep recorded); tag both sweeps with the link and print the configurations ranked by
+    their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded)."""
+    from tunetrain.analysis import load_sweep, nested_config
+    from tunetrain.api._sweep import sweep as run_sweep
+    from tunetrain.tracking import schema
+
+    out = stream or sys.stdout
+    for label, value in (("top_k", top_k), ("seeds", seeds)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ExperimentError(
+                f"--{label.replace('_', '-')} must be an integer >= 1, but got {value!r}.",
+                fix="Use e.g. --top-k 3 --seeds 3.",
+            )
+    original = load_sweep(sweep, tracking_uri=tracking_uri)
+    if original.metric not in original.metrics:
+        raise ExperimentError(
+            f"Sweep {original.name!r} has no trial with a finite {original.metric!r}: nothing to confirm.",
+            fix="Look at its trials with `tunetrain show`.",
+        )
+    top = original.best(top_k)
+    exp = _experiment(experiment, original.tags.get(schema.EXPERIMENT_FILE_TAG, ""))
+    configs = {
+        str(row["trial"]): _space.flatten(nested_config(_params(original, row["run_id"]))) for _, row in top.iterrows()
+    }
+    searched = _space.free_dimensions(exp.space)
+    if not searched:
+        raise ExperimentError(
+            f"Experiment {exp.name!r} searches no dimension: its trials all run one config.",
+            fix="Confirm a sweep that searched something.",
+        )
+    # Fixed values as the original sweep ran them (its --set), the same for every trial.
+    first = next(iter(configs.values()))
+    fixed = {key: first[key] for key in _space.flatten(exp.defaults) if key in first}
+    space, defaults = _space.apply_overrides(exp.space, exp.defaults, fixed)
+    points = [_space.unflatten({key: config[key] for key in searched}) for config in configs.values()]
+    confirming = exp.replace(
+        space=space,
+        defaults=defaults,
+        scheduler="fifo",  # every trial to its end: no early stopping
+        scheduler_options={},
+        searcher="random",
+        searcher_options={"points_to_evaluate": [p for p in points for _ in range(seeds)]},
+        num_samples=len(points) * seeds,
+        baseline=False,
+        warm_start=(),
+        seed=seed,
+    )
+    new_name = name or f"{original.name}-confirm"
+    print(
+        f"Confirming sweep {original.name}: its {len(points)} best configuration(s), {seeds} new seed(s) each, "
+        f"run to their end as sweep {new_name}.",
+        file=out,
+        flush=True,
+    )
+    result = run_sweep(
+        confirming,
+        tracking_uri=original.store.tracking_uri,
+        storage=storage,
+        address=address,
+        name=new_name,
+        report=False,  # written below, once the trials carry their links
+        register=False,
+        stream=out,
+        command=command or [f"tunetrain.confirm({original.name!r}, top_k={top_k}, seeds={seeds})"],
+    )
+    store = original.store
+    if result.parent_run_id is None:
+        raise ExperimentError(f"Confirming sweep {new_name} recorded nothing.", fix="See its output above.")
+    store.set_tags(result.parent_run_id, {schema.CONFIRMS_TAG: original.name, schema.CONFIRMS_RUN_TAG: original.run_id})
+    earlier = original.tags.get(schema.CONFIRMED_BY_TAG)
+    store.set_tags(original.run_id, {schema.CONFIRMED_BY_TAG: f"{earlier}, {new_name}" if earlier else new_name})
+    value_of = {str(row["trial"]): float(row[f"best_{original.metric}"]) for _, row in top.iterrows()}
+    for trial in result.trials:
+        flat = _space.flatten(trial.config)
+        match = next((t for t, config in configs.items() if all(_same(flat.get(k), config[k]) for k in searched)), None)
+        run_id = result.run_ids.get(trial.name)
+        if match is not None and run_id is not None:
+            store.set_tags(run_id, {schema.CONFIRM_OF_TAG: match, schema.CONFIRM_ORIGINAL_TAG: f"{value_of[match]!r}"})
+    confirmed = load_sweep(result.parent_run_id, tracking_uri=store.tracking_uri)
+    table = confirmed.confirmation()
+    winner = str(top.iloc[0]["trial"])
+    holds = not table.empty and str(table.iloc[0]["trial"]) == winner
+    print("", file=out)
+    print(describe(table, original=original.name, metric=original.metric, mode=original.mode, winner=winner), file=out)
+    if report:
+        from pathlib import Path
+
+        from tunetrain.api._execute import end_of_sweep_report
+
+        end_of_sweep_report(result.outcome, store.tracking_uri, Path(result.storage_path), out)
+    return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds)
+
+
+def describe(table: pd.DataFrame, *, original: str, metric: str, mode: str, winner: str) -> str:
+    """The re-ranked table and the verdict on the original winner."""
+    lines = [f"Configurations of {original} ranked by their mean {metric} ({mode}) over the new seeds:"]
+    header = ["rank", "trial", f"original {metric}", "mean", "std", "min", "max", "seeds"]
+    rows = [
+        [str(i + 1), str(r["trial"]), *(_fmt(r[c]) for c in ("original", "mean", "std", "min", "max")), str(r["seeds"])]
+        for i, r in table.iterrows()
+    ]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines += ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) for row in [header, *rows]]
+    if table.empty:
+        lines.append("No confirming trial reported a finite value.")
+    elif str(table.iloc[0]["trial"]) == winner:
+        lines.append(f"The original winner, {winner}, still wins (mean {_fmt(table.iloc[0]['mean'])}).")
+    else:
+        place = next((i + 1 for i, r in table.iterrows() if str(r["trial"]) == winner), None)
+        lines.append(
+            f"The original winner, {winner}, does not hold: {table.iloc[0]['trial']} wins on the mean "
+            f"({_fmt(table.iloc[0]['mean'])}); {winner} is " + (f"#{place}." if place else "without a finite value.")
+        )
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4g}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, int | float):
+        return math.isclose(a, float(b), rel_tol=1e-9)
+    return bool(a == b)
+
+
+def _params(sweep: Any, run_id: str) -> dict[str, str]:
+    return dict(next(run for run in sweep.runs if run.run_id == run_id).params)
+
+
+def _experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment:
+    if isinstance(given, Experiment):
+        return given
+    path = os.fspath(given) if given is not None else recorded
+    if not path or not os.path.isfile(path):
+        raise ExperimentError(
+            f"The sweep's experiment file {path!r} is not here, and confirming runs it again.",
+            fix="Pass the experiment file with --experiment-file.",
+        )
+    return load_experiment(path)
