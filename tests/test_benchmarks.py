@@ -39,6 +39,7 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
         "10. CLI answer time",
         "11. PBT exploit on 2-worker trials",
         "12. A 1,000-trial sweep",
+        "13. Warm start",
     ):
         assert f"## {title}" in text, title
-    assert text.count("**Met:") + text.count("**Not met:") >= 12
+    assert text.count("**Met:") + text.count("**Not met:") >= 13

@@ -119,3 +119,38 @@ def test_register_without_export_model_registers_the_checkpoint_folder_with_a_no
     assert files == {"best_checkpoint/state.json"}
     status, out = run_cli("register", "analysed-1", "--trial", "trial_9999", "--tracking-uri", uri)
     assert status == 2 and "--trial 'trial_9999' is not a trial of sweep 'analysed-1'" in out
+
+
+def test_the_gpt2_experiment_exports_a_model_mlflow_saves_and_another_process_loads(tmp_path: Path) -> None:
+    import torch
+
+    from tunetrain import _space, load_experiment
+    from tunetrain.tracking import register_version
+
+    gpt2 = load_experiment(EXPERIMENTS / "gpt2_lr.py")
+    assert gpt2.export_model is not None and gpt2.export_example is not None
+    config = _space.merge(gpt2.defaults, _space.unflatten(_space.baseline_point(gpt2.space, {})))
+    file_module = sys.modules[gpt2.train_loop.__module__]  # the experiment file, as load_experiment imported it
+    trained = file_module.build_model(config, vocab_size=256)
+    torch.save({"model": trained.state_dict()}, tmp_path / "state.pt")  # as the train loop saves it
+    model = gpt2.export_model(str(tmp_path), config)
+    example = gpt2.export_example(config)
+    assert tuple(model(torch.as_tensor(example)).shape) == (2, 16, 256)  # next-token logits
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("gpt2", artifact_location=(tmp_path / "art").as_uri()))
+    client.set_terminated(run.info.run_id)
+    version = register_version(
+        tracking_uri=uri, run_id=run.info.run_id, name="gpt2", checkpoint_dir=str(tmp_path), model=model,
+        input_example=example, tags={},
+    )  # fmt: skip
+    # A fresh interpreter, which cannot import the experiment file's module: the class came by value.
+    code = (
+        f"import mlflow, numpy as np; mlflow.set_tracking_uri({uri!r}); "
+        f"print(mlflow.pyfunc.load_model({version.model_uri!r}).predict(np.zeros((1, 16), dtype=np.int64)).shape)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "(1, 16, 256)"

@@ -448,8 +448,9 @@ def file_sha256(path: str | Path) -> str:
 def load_experiment(path: str | Path) -> Experiment:
     """Import an experiment file by path and return the one :class:`Experiment` it defines.
 
-    The module is registered so that cloudpickle ships its functions to Ray workers by
-    value: workers need not be able to import the file.
+    The module is registered so that cloudpickle ships its functions and classes by value:
+    Ray's copy (to Ray workers) and the standalone one MLflow saves models with (a model
+    class defined in the file, see ``export_model``); no other process need import the file.
     """
     file = Path(path)
     if not file.is_file():
@@ -478,6 +479,9 @@ def load_experiment(path: str | Path) -> Experiment:
             fix="Fix the error in the file; `python FILE` shows the full traceback.",
         ) from exc
     cloudpickle.register_pickle_by_value(module)
+    import cloudpickle as standalone_cloudpickle  # MLflow's (mlflow.pytorch.save_model)
+
+    standalone_cloudpickle.register_pickle_by_value(module)
     found = [(name, value) for name, value in vars(module).items() if isinstance(value, Experiment)]
     if not found:
         raise ExperimentError(

@@ -71,7 +71,10 @@ def register_version(
         client.finalize_logged_model(logged.model_id, "READY")
         version = client.create_model_version(
             name,
-            source=f"models:/{logged.model_id}",
+            # The model's artifact location, not "models:/<model_id>": MLflow's sqlite registry
+            # (3.17.2) resolves such a source through the process's global tracking URI, not
+            # this client's (a TODO in its create_model_version), and fails on any other store.
+            source=logged.artifact_location,
             run_id=run_id,
             tags={k: str(v) for k, v in tags.items()},
             model_id=logged.model_id,
