@@ -39,7 +39,9 @@ def _digits_validation() -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves(workdir: Path) -> None:
+def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -61,9 +63,10 @@ def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves
     assert version.tags["tunetrain.seed"] == str(best["seed"])
     assert sweep.tags["tunetrain.registered_model"] == "mlp_digits/1"
     # A real model: it loads through pyfunc and scores what the trial recorded on the same split.
-    # (Through the version's files: mlflow.set_tracking_uri would set MLFLOW_TRACKING_URI for
-    # every later test of this process.)
-    model = mlflow.pyfunc.load_model(client.get_model_version_download_uri("mlp_digits", "1"))
+    # (The store by the environment, put back after the test: mlflow.set_tracking_uri would
+    # point every later test of this process at this store.)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    model = mlflow.pyfunc.load_model("models:/mlp_digits/1")
     x, y = _digits_validation()
     accuracy = float((np.asarray(model.predict(x)).argmax(axis=1) == y).mean())
     assert accuracy == pytest.approx(best["best_val_acc"], abs=1e-9)
