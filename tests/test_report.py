@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from html import escape as html_escape
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -22,6 +23,11 @@ def test_the_sweep_ends_with_a_report_logged_on_its_parent_run(analysed_sweep: A
     # It holds the best config, the top table and the sweep's settings.
     assert '"optimizer": ' in html and sweep.best(1).iloc[0]["trial"] in html
     assert "asha" in html and "version.ray" in html
+    # The best trial against the baseline, as the summary says it (9 finished trials: the
+    # importance chart is drawn, one of the 5 images).
+    versus = sweep.versus_baseline()
+    assert versus is not None and versus in analysed_sweep.output and html_escape(versus) in html
+    assert "No hyperparameter importance" not in html
     # The MLflow UI shows it: the HTML and the PNGs are artifacts of the parent run.
     artifacts = {
         a.path for a in MlflowClient(tracking_uri=analysed_sweep.tracking_uri).list_artifacts(sweep.run_id, "report")

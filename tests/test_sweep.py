@@ -477,7 +477,17 @@ def test_a_baseline_trial_runs_first_to_its_end_and_the_best_is_judged_against_i
     assert f"best {best['trial']} loss={best['best_loss']:.4g}" in versus and "% better)" in versus
     status, shown = run_cli("show", "b1")
     assert status == 0 and versus in shown
-    # --no-baseline: the experiment's trials only.
-    status, out = run_cli("sweep", str(path), "--name", "b2", "--no-report", "--no-baseline", "--num-samples", "2")
-    assert status == 0 and "Sweep b2: 2 trials," in out
-    assert not load_sweep("b2").trials()["baseline"].any()
+    # --no-baseline: the experiment's trials only. Under --confirm-above (no smoke run, no
+    # budget: nothing over it), nothing is asked and the sweep says so on its parent run.
+    status, out = run_cli(
+        "sweep", str(path), "--name", "b2", "--no-baseline", "--num-samples", "2", "--confirm-above", "1h",
+        "--scheduler", scheduler, "--searcher", searcher, "--no-register",
+    )  # fmt: skip
+    assert status == 0 and "Sweep b2: 2 trials," in out and "needs consent" not in out
+    b2 = load_sweep("b2")
+    assert not b2.trials()["baseline"].any() and b2.versus_baseline() is None
+    assert b2.tags["tunetrain.consent"].startswith("not asked: no estimate (no smoke run of this trial shape)")
+    # Its report: 2 finished trials rank no hyperparameters; one line says so instead of a chart.
+    html = (workdir / "tunetrain_results" / "b2" / "report.html").read_text()
+    assert "No hyperparameter importance: 2 trial(s) finished with a finite loss" in html
+    assert "alt='importance'" not in html and "no baseline trial" in html
