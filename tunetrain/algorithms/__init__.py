@@ -3,7 +3,8 @@
 The searcher proposes configs, the scheduler decides which trials go on: tunetrain only
 picks the class, derives defaults from the experiment and passes the user's options on.
 The subclasses below add bookkeeping only (which trials a scheduler stopped, which PBT
-exploits happened), never a decision of their own.
+exploits happened), never a decision of their own; the sweep's policy acts through two hooks
+(before a launch: the budget; a trial left alone: the baseline).
 """
 
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_pairing

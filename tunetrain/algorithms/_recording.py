@@ -1,5 +1,7 @@
 """Ray Tune's schedulers with bookkeeping added (never a decision of their own): which
-trials a scheduler stopped before they ended, which PBT exploits happened."""
+trials a scheduler stopped before they ended, which PBT exploits happened; and the two hooks
+through which the sweep's policy (tunetrain.engine.policy) acts: before a launch (the budget)
+and the trial the scheduler must leave alone (the baseline)."""
 
 from __future__ import annotations
 

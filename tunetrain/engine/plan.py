@@ -73,6 +73,11 @@ class SweepPlan:
         return self.experiment.total_trials + (1 if self.baseline is not None else 0)
 
     @property
+    def searcher_points(self) -> list[dict[str, Any]] | None:
+        """The configs the searcher suggests first (the baseline, nested as the space is)."""
+        return [_space.unflatten(self.baseline)] if self.baseline is not None else None
+
+    @property
     def tune_samples(self) -> int:
         """Tune's num_samples: Tune counts the searcher's given points (the baseline) in it."""
         return self.experiment.num_samples + (1 if self.baseline is not None else 0)
@@ -158,7 +163,7 @@ def plan_sweep(
         experiment.replace(searcher=searcher),
         seed=root_seed,
         max_concurrent=max_concurrent,
-        points=_points(baseline),
+        points=[_space.unflatten(baseline)] if baseline is not None else None,
         evaluated=list(warm_points),
     )
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -200,11 +205,6 @@ def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] |
         )
     given = experiment.baseline if not isinstance(experiment.baseline, bool) else {}
     return _space.baseline_point(experiment.space, given), ""
-
-
-def _points(baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The searcher's points to evaluate first: the baseline (nested, as the space is)."""
-    return [_space.unflatten(baseline)] if baseline is not None else []
 
 
 def train_storage(plan: SweepPlan) -> str:

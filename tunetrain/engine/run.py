@@ -190,9 +190,12 @@ def run_sweep(
             claimed = next((r.trial_id for r in journaled.values() if r.baseline), None)
             scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)
         live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
-        points = [_space.unflatten(plan.baseline)] if plan.baseline is not None else None
         searcher, first = build_searcher(
-            exp, seed=plan.root_seed, max_concurrent=live_limit, points=points, evaluated=list(plan.warm_points)
+            exp,
+            seed=plan.root_seed,
+            max_concurrent=live_limit,
+            points=plan.searcher_points,
+            evaluated=list(plan.warm_points),
         )
         callback = SweepCallback(
             plan=plan,
