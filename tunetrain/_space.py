@@ -305,6 +305,24 @@ def checked(key: str, value: Any, current: Any, *, text: str | None = None, said
     return value
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two config values are the same value: numbers within float rounding (a value
+    read back from an MLflow param, or from a searcher), sequences item by item whatever their
+    type (a tuple default, a list param), anything else by ``==``."""
+    import math
+
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return list(a) == list(b)
+    return bool(a == b)
+
+
+def holds(config: Mapping[str, Any], point: Mapping[str, Any]) -> bool:
+    """Whether a flat ``config`` has every value of the flat ``point`` (:func:`same_value`)."""
+    return all(key in config and same_value(config[key], value) for key, value in point.items())
+
+
 def centre(value: Any) -> Any:
     """The middle of a space dimension: of a range its midpoint (geometric for a log scale,
     rounded to its step, an integer for an integer range), of a choice or a grid its middle

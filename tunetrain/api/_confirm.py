@@ -16,7 +16,7 @@ import pandas as pd
 from tunetrain import _space
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
-from tunetrain.experiment import Experiment, load_experiment
+from tunetrain.experiment import Experiment
 
 
 @dataclasses.dataclass
@@ -51,6 +51,7 @@ def confirm(
     sweep recorded); tag both sweeps with the link and print the configurations ranked by
     their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded)."""
     from tunetrain.analysis import load_sweep, nested_config
+    from tunetrain.api._sweep import recorded_experiment
     from tunetrain.api._sweep import sweep as run_sweep
     from tunetrain.tracking import schema
 
@@ -68,7 +69,13 @@ def confirm(
             fix="Look at its trials with `tunetrain show`.",
         )
     top = original.best(top_k)
-    exp = _experiment(experiment, original.tags.get(schema.EXPERIMENT_FILE_TAG, ""))
+    recorded = original.tags.get(schema.EXPERIMENT_FILE_TAG, "")
+    exp = recorded_experiment(experiment, recorded)
+    if exp is None:
+        raise ExperimentError(
+            f"The sweep's experiment file {recorded!r} is not here, and confirming runs it again.",
+            fix="Pass the experiment file with --experiment-file.",
+        )
     configs = {
         str(row["trial"]): _space.flatten(nested_config(_params(original, row["run_id"]))) for _, row in top.iterrows()
     }
@@ -122,7 +129,7 @@ def confirm(
     value_of = {str(row["trial"]): float(row[f"best_{original.metric}"]) for _, row in top.iterrows()}
     for trial in result.trials:
         flat = _space.flatten(trial.config)
-        match = next((t for t, config in configs.items() if all(_same(flat.get(k), config[k]) for k in searched)), None)
+        match = next((t for t, config in configs.items() if _space.holds(flat, {k: config[k] for k in searched})), None)
         run_id = result.run_ids.get(trial.name)
         if match is not None and run_id is not None:
             store.set_tags(run_id, {schema.CONFIRM_OF_TAG: match, schema.CONFIRM_ORIGINAL_TAG: f"{value_of[match]!r}"})
@@ -168,23 +175,5 @@ def _fmt(value: Any) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4g}"
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, int | float):
-        return math.isclose(a, float(b), rel_tol=1e-9)
-    return bool(a == b)
-
-
 def _params(sweep: Any, run_id: str) -> dict[str, str]:
     return dict(next(run for run in sweep.runs if run.run_id == run_id).params)
-
-
-def _experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment:
-    if isinstance(given, Experiment):
-        return given
-    path = os.fspath(given) if given is not None else recorded
-    if not path or not os.path.isfile(path):
-        raise ExperimentError(
-            f"The sweep's experiment file {path!r} is not here, and confirming runs it again.",
-            fix="Pass the experiment file with --experiment-file.",
-        )
-    return load_experiment(path)

@@ -8,8 +8,9 @@ import json
 import os
 from typing import Any, TextIO
 
+from tunetrain.api._sweep import recorded_experiment
 from tunetrain.errors import ExperimentError
-from tunetrain.experiment import Experiment, load_experiment
+from tunetrain.experiment import Experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +50,13 @@ def register(
     found = load_sweep(sweep, tracking_uri=tracking_uri)
     trials = found.trials()
     if trial is None:
-        if found.metric not in found.metrics or found.best(1).empty:
+        best = found.best(1) if found.metric in found.metrics else trials.iloc[0:0]
+        if best.empty:
             raise ExperimentError(
                 f"Sweep {found.name!r} has no trial with a finite {found.metric!r} to register.",
                 fix="Look at the trials with `tunetrain show`; pass --trial to register one anyway.",
             )
-        row = found.best(1).iloc[0]
+        row = best.iloc[0]
     else:
         rows = trials[(trials["trial"] == trial) | (trials["run_id"] == trial)]
         if rows.empty:
@@ -72,7 +74,7 @@ def register(
         )
     run = next(r for r in found.runs if r.run_id == row["run_id"])
     config = nested_config(run.params)
-    exp = _experiment(experiment, found.tags.get(schema.EXPERIMENT_FILE_TAG, ""))
+    exp = recorded_experiment(experiment, found.tags.get(schema.EXPERIMENT_FILE_TAG, ""))  # None: no export
     metric = found.metric
     tags = {
         schema.VERSION_SWEEP_TAG: found.name,
@@ -116,17 +118,6 @@ def register(
         run_id=str(row["run_id"]),
         checkpoint=checkpoint,
     )
-
-
-def _experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment | None:
-    """The experiment that says how to export the model: given, else the file the sweep
-    recorded (None when that file is gone: the checkpoint is registered as it is)."""
-    if isinstance(given, Experiment):
-        return given
-    path = os.fspath(given) if given is not None else recorded
-    if not path or (given is None and not os.path.isfile(path)):
-        return None
-    return load_experiment(path)
 
 
 def register_at_end(outcome: Any, experiment: Experiment, *, tracking_uri: str, stream: TextIO) -> Registered | None:

@@ -268,6 +268,18 @@ def _experiment_path(path: str, cwd: str) -> str:
     return path
 
 
+def recorded_experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment | None:
+    """The experiment a command about a recorded sweep uses: ``given`` (an Experiment or a
+    file), else the file the sweep recorded; None when no file is given and the recorded one
+    is not here."""
+    if isinstance(given, Experiment):
+        return given
+    path = os.fspath(given) if given is not None else recorded
+    if not path or (given is None and not os.path.isfile(path)):
+        return None
+    return load_experiment(path)
+
+
 def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | None) -> list[str]:
     """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
     target = request["experiment"] if request else getattr(experiment, "name", "?")

@@ -32,9 +32,6 @@ class WarmStart:
     lines: list[str]  # one per trial skipped, and one per source
     sources: list[str]  # "SWEEP (N of M completed trials)", as the parent run records it
 
-    def configs(self) -> list[dict[str, Any]]:
-        return [point for point, _ in self.points]
-
 
 def check_searcher(experiment: Experiment) -> None:
     """Refuse a warm start the searcher cannot take, with the reason."""
@@ -117,7 +114,7 @@ def misfit(config: dict[str, Any], experiment: Experiment) -> str:
     for key, value in config.items():
         if key not in space and key not in fixed:
             return f"it has {key}={value!r}, which this experiment no longer has (a dimension removed)"
-        if key in fixed and not _equal(value, fixed[key]):
+        if key in fixed and not _space.same_value(value, fixed[key]):
             return f"its fixed value {key}={value!r} differs from this sweep's {fixed[key]!r}"
     return ""
 
@@ -128,11 +125,3 @@ def _no_values(metrics: dict[str, float], experiment: Experiment) -> str:
         if value is None or not math.isfinite(value):
             return f"no final finite {metric}"
     return ""
-
-
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
-        return math.isclose(float(a), float(b), rel_tol=1e-9)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return list(a) == list(b)
-    return bool(a == b)

@@ -142,7 +142,7 @@ def plan_sweep(
     )
     free = _space.free_dimensions(experiment.space)
     baseline, baseline_note = _baseline(experiment, free)
-    if baseline is not None and any(point == baseline for point, _ in warm_points):
+    if baseline is not None and any(_space.holds(point, baseline) for point, _ in warm_points):
         baseline, baseline_note = (
             None,
             ("no baseline trial: a warm-start trial ran the same config (its result is in the searcher's study)"),

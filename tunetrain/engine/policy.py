@@ -102,17 +102,9 @@ class BaselineTrial:
         self.trial_id = trial_id
 
     def __call__(self, trial: Any) -> bool:
-        if self.trial_id is None:
-            config = _space.flatten(dict(trial.config))
-            if all(key in config and _same(config[key], value) for key, value in self.point.items()):
-                self.trial_id = trial.trial_id
+        if self.trial_id is None and _space.holds(_space.flatten(dict(trial.config)), self.point):
+            self.trial_id = trial.trial_id
         return trial.trial_id == self.trial_id
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, int | float):
-        return math.isclose(a, b, rel_tol=1e-9)
-    return bool(a == b)
 
 
 def refuse_over_budget(gate: BudgetGate) -> Callable[[Any], None]:
