@@ -37,6 +37,20 @@ def parser(description: str) -> argparse.ArgumentParser:
 # A smoke run's arms, run in the script's own process (see run_arm); None when measuring.
 _IN_PROCESS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
 
+# Set by `run_all --smoke`, which runs every script in its own process on one Ray it started
+# (see init_ray): a smoke run measures nothing, and each Ray start costs seconds.
+shared_ray = False
+
+
+def init_ray(**options: Any) -> None:
+    """``ray.init(**options)`` for a baseline arm; in a shared-Ray smoke run, nothing (the
+    Ray that ``run_all`` started is used as it is)."""
+    import ray
+
+    if shared_ray and ray.is_initialized():
+        return
+    ray.init(**options)
+
 
 def arm_main(arms: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]], args: argparse.Namespace) -> bool:
     """In an arm subprocess: run the arm and print its result; returns False in the parent."""
@@ -53,8 +67,9 @@ def run_arm(script: str, arm: str, params: dict[str, Any], *, workdir: Path) -> 
     """Run one arm in a fresh Python (and so a fresh Ray) and return its measurements.
 
     A smoke run measures nothing, so there each arm runs in this process instead, after
-    ``ray.shutdown()`` (its own Ray all the same): it checks that the arm works without the
-    seconds of a Python start and of imports that each arm's process would cost."""
+    ``ray.shutdown()`` (its own Ray all the same; under ``run_all --smoke``, the one shared
+    Ray): it checks that the arm works without the seconds of a Python start and of imports
+    that each arm's process would cost."""
     workdir.mkdir(parents=True, exist_ok=True)
     if _IN_PROCESS is not None:
         return _run_in_process(_IN_PROCESS[arm], params, workdir=workdir)
@@ -80,14 +95,16 @@ def _run_in_process(
 ) -> dict[str, Any]:
     import ray
 
-    ray.shutdown()
+    if not shared_ray:
+        ray.shutdown()
     here = Path.cwd()
     os.chdir(workdir)
     try:
         return dict(json.loads(json.dumps(run(params))))  # what a subprocess would have sent
     finally:
         os.chdir(here)
-        ray.shutdown()
+        if not shared_ray:
+            ray.shutdown()
 
 
 def tunetrain_sweep(experiment: str, **options: Any) -> tuple[float, str]:

@@ -31,11 +31,10 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
-    import ray
     from ray import tune
 
     burn = c.busy_module().burn
-    ray.init(log_to_driver=False, include_dashboard=False)
+    c.init_ray(log_to_driver=False, include_dashboard=False)
     seconds = params["seconds"]
 
     def trial(config: dict[str, Any]) -> None:

@@ -35,13 +35,12 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_arm(params: dict[str, Any]) -> dict[str, Any]:
-    import ray
     from ray import tune
     from ray.tune.schedulers import AsyncHyperBandScheduler
     from ray.tune.search import BasicVariantGenerator
 
     burn = c.busy_module().burn
-    ray.init(log_to_driver=False, include_dashboard=False)
+    c.init_ray(log_to_driver=False, include_dashboard=False)
     iterations, compute_s = params["iterations"], params["compute_s"]
 
     def trial(config: dict[str, Any]) -> None:

@@ -75,10 +75,9 @@ def run_plain_tune(trial: Callable[[dict[str, Any]], None], trials: int) -> tupl
     """Plain Ray Tune (reused actors, 1 CPU per trial, no tracking, random ``x``) running
     ``trials`` of ``trial`` with the driver's RSS sampled: (Tuner.fit seconds, RSS samples,
     the trials' end times)."""
-    import ray
     from ray import tune
 
-    ray.init(log_to_driver=False, include_dashboard=False)
+    c.init_ray(log_to_driver=False, include_dashboard=False)
     ends: list[float] = []
 
     class Ends(tune.Callback):

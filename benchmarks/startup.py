@@ -48,7 +48,7 @@ def naive_arm(params: dict[str, Any]) -> dict[str, Any]:
     workers = params["workers"]
     # The naive driver holds Tune's default 1 CPU: give Ray one logical CPU per worker plus
     # one for the driver, or 2-worker trials could never start on 2 CPUs.
-    ray.init(num_cpus=workers + 1, log_to_driver=False, include_dashboard=False)
+    c.init_ray(num_cpus=workers + 1, log_to_driver=False, include_dashboard=False)
     storage = str(Path.cwd() / "naive")
 
     def loop(config: dict[str, Any]) -> None:

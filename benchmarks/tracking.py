@@ -77,13 +77,12 @@ def calls_tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def calls_ray_arm(params: dict[str, Any]) -> dict[str, Any]:
-    import ray
     from ray import tune
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     counts = _count_store_calls()
     burn = c.busy_module().burn
-    ray.init(log_to_driver=False, include_dashboard=False)
+    c.init_ray(log_to_driver=False, include_dashboard=False)
     results = params["results"]
 
     def trial(config: dict[str, Any]) -> None:
