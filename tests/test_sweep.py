@@ -239,9 +239,11 @@ def test_gpt2_sweep_lowers_the_validation_loss(workdir: Path) -> None:
         "--num-samples",
         "4",
         "--set",
-        "train.max_steps=60",
+        "train.max_steps=40",
         "--set",
         "train.eval_every=20",
+        "--no-report",  # the report and the registered model have tests of their own
+        "--no-register",
     )
     assert status == 0, out
     client, parent, children = sweep_runs(workdir, "gpt2_lr")
