@@ -40,6 +40,7 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
         "11. PBT exploit on 2-worker trials",
         "12. A 1,000-trial sweep",
         "13. Warm start",
+        "14. Fixed cost of one sweep",
     ):
         assert f"## {title}" in text, title
-    assert text.count("**Met:") + text.count("**Not met:") >= 13
+    assert text.count("**Met:") + text.count("**Not met:") >= 14

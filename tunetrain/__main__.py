@@ -1,5 +1,3 @@
-import sys
+from tunetrain.cli import run
 
-from tunetrain.cli import main
-
-sys.exit(main())
+run()

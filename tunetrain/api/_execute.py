@@ -126,7 +126,10 @@ def execute(
         flush=True,
     )
     log_dir = Path(plan.sweep_dir) / "logs"
+    opening = tracking.open_in_background(tracking_uri)  # while Ray starts
     ray_logs = cluster.connect(address, log_dir=log_dir)
+    if opening is not None:
+        opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
     print(
         f"Ray: {address or 'embedded'} ({address_source}); logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})",
         file=stream,

@@ -30,6 +30,7 @@ from tunetrain.tracking.store import (
     default_tracking_uri,
     describe_shape,
     latest_smoke_timings,
+    open_in_background,
 )
 from tunetrain.tracking.ui import start_ui_server, stop_ui_server, ui_command
 from tunetrain.tracking.uri import TrackingURI, check_existing, check_reachable, resolve_tracking_uri
@@ -52,6 +53,7 @@ __all__ = [
     "default_tracking_uri",
     "describe_shape",
     "latest_smoke_timings",
+    "open_in_background",
     "register_version",
     "resolve_tracking_uri",
     "schema",
