@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tunetrain.tracking import SweepRecorder, default_tracking_uri, schema
+from tunetrain.tracking import SweepRecorder, default_tracking_uri, open_in_background, schema
 
 
 def recorder(tmp_path: Path, **kwargs: object) -> SweepRecorder:
@@ -17,6 +17,29 @@ def recorder(tmp_path: Path, **kwargs: object) -> SweepRecorder:
 
 def test_default_store_is_an_explicit_sqlite_file_in_the_folder(tmp_path: Path) -> None:
     assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+
+
+def test_a_store_opened_in_the_background_is_ready_for_the_recorder(tmp_path: Path) -> None:
+    uri = default_tracking_uri(tmp_path)
+    opening = open_in_background(uri)
+    assert opening is not None
+    opening.join(timeout=120)
+    assert not opening.is_alive()
+    # The new sqlite store exists with MLflow's schema (its default experiment), and the
+    # recorder writes into it as into any store.
+    assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
+    rec = recorder(tmp_path)
+    parent = rec.start_sweep(run_name="sweep", params={}, tags={})
+    rec.close()
+    assert parent is not None and MlflowClient(uri).get_run(parent).info.run_name == "sweep"
+    # A server is not opened (an HTTP client has nothing to open); a store that cannot be
+    # opened is left to the recorder, which reports it: the thread ends quietly.
+    assert open_in_background("http://127.0.0.1:9") is None
+    (tmp_path / "file").write_text("")
+    failing = open_in_background(f"sqlite:///{tmp_path / 'file' / 'mlflow.db'}")
+    assert failing is not None
+    failing.join(timeout=120)
+    assert not failing.is_alive()
 
 
 def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) -> None:

@@ -126,7 +126,8 @@ def execute(
         flush=True,
     )
     log_dir = Path(plan.sweep_dir) / "logs"
-    opening = tracking.open_in_background(tracking_uri)  # while Ray starts
+    # While Ray starts; not for a recorder of the caller's (recording off opens no store).
+    opening = tracking.open_in_background(tracking_uri) if recorder is None else None
     ray_logs = cluster.connect(address, log_dir=log_dir)
     if opening is not None:
         opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
