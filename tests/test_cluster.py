@@ -200,8 +200,9 @@ experiment = Experiment(
 """
 
 # Single-worker and two-worker (SPREAD) trials that report the rank count, with a checkpoint
-# each step. Tune asks for both trials' actors at once, each with the one CPU a node has: one
-# on each node.
+# each step. TorchTrainer trials for one worker: in process, Tune reuses its first trial actor
+# for trials this short, and both can run on one node (seen). Two TorchTrainers start at once
+# and each asks for a worker with the one CPU a node has: one on each node.
 PLACED = """
 import os
 import tempfile
@@ -223,7 +224,7 @@ def loop(config):
 experiment = Experiment(
     name="placed", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
     scheduler="fifo", searcher="random", num_samples=2, resources_per_worker={"CPU": 1},
-    stop=StopRule(max_iterations=3), seed=2, baseline=False,
+    trial_runner="torch_trainer", stop=StopRule(max_iterations=3), seed=2, baseline=False,
 )
 """
 
@@ -322,6 +323,7 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     submit = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", cluster.dashboard]
     job = [*submit, "--submission-id", "tt-job", "--working-dir", str(job_dir), "--"]
     job += [sys.executable, "-m", "tunetrain", "sweep", "placed.py", "--num-samples", "2", "--name", "job"]
+    job += ["--trial-runner", "in_process"]  # where the trials run is not what this part is about
     job += ["--tracking-uri", cluster.tracking_uri, "--storage", cluster.storage]
     env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the cluster's token authentication (docs/cluster.md)
     env.pop("RAY_ADDRESS", None)
