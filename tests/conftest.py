@@ -34,6 +34,23 @@ def _only_one_ray(request: pytest.FixtureRequest) -> None:
         ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_left_behind() -> Iterator[None]:
+    """A test that leaves MLFLOW_TRACKING_URI changed fails (and the variable is put back):
+    MLflow's fluent API sets it for the whole process, and every later sweep, store lookup and
+    subprocess of the session would then write to that test's store (seen: 19 tests failing
+    after one). Tests set it with monkeypatch.setenv, which puts it back."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    after = os.environ.get("MLFLOW_TRACKING_URI")
+    if after != before:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+        pytest.fail(f"the test left MLFLOW_TRACKING_URI={after!r} (it was {before!r}): use monkeypatch.setenv")
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """A real embedded Ray, started by the first sweep and shut down at the end."""

@@ -19,17 +19,28 @@ from tunetrain.seeding import derive_seed
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 KINDS = """
+import pathlib
 import time
 
 import ray.train
 from ray import tune
 from tunetrain import Experiment, StopRule, get_context
 
+STARTED = pathlib.Path(__file__).parent / "started"
+TOGETHER = 1  # trials that wait for each other before their first step (2: side by side)
+
 
 def loop(config):
     context = get_context()
+    # Each trial waits (2 minutes at most) until TOGETHER trials have started: with 2, both
+    # of the sweep's 2 slots hold a trial at once, however long Ray takes to start them.
+    STARTED.mkdir(exist_ok=True)
+    (STARTED / config["kind"]).touch()
+    deadline = time.monotonic() + 120
+    while len(list(STARTED.iterdir())) < TOGETHER and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for the other trial's file
     for step in range(3):
-        time.sleep(0.2)  # the work of one step: trials last long enough to be seen side by side
+        time.sleep(0.2)  # the work of one step
         if config["kind"] == "boom" and step == 1:
             raise RuntimeError("boom at step 1")
         loss = float("nan") if config["kind"] == "nan" and step == 1 else 1.0 / (step + 1)
@@ -120,7 +131,7 @@ def test_demo_sweep_runs_trials_side_by_side_with_asha_and_records_everything(wo
 
 
 def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(workdir: Path) -> None:
-    path = write_experiment(workdir, KINDS)
+    path = write_experiment(workdir, KINDS.replace("TOGETHER = 1", "TOGETHER = 2"))
     status, out = run_cli("sweep", str(path))
     assert status == 0, out  # one trial completed
     # The grid's 3 points are the sweep's 3 trials (num_samples=1), 2 at a time on 2 CPUs.
