@@ -75,7 +75,7 @@ class SweepPlan:
     @property
     def searcher_points(self) -> list[dict[str, Any]] | None:
         """The configs the searcher suggests first (the baseline, nested as the space is)."""
-        return [_space.unflatten(self.baseline)] if self.baseline is not None else None
+        return searcher_points(self.baseline)
 
     @property
     def tune_samples(self) -> int:
@@ -163,7 +163,7 @@ def plan_sweep(
         experiment.replace(searcher=searcher),
         seed=root_seed,
         max_concurrent=max_concurrent,
-        points=[_space.unflatten(baseline)] if baseline is not None else None,
+        points=searcher_points(baseline),
         evaluated=list(warm_points),
     )
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -205,6 +205,11 @@ def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] |
         )
     given = experiment.baseline if not isinstance(experiment.baseline, bool) else {}
     return _space.baseline_point(experiment.space, given), ""
+
+
+def searcher_points(baseline: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The searcher's points to evaluate first: the baseline (nested, as the space is)."""
+    return [_space.unflatten(baseline)] if baseline is not None else None
 
 
 def train_storage(plan: SweepPlan) -> str:
