@@ -32,9 +32,11 @@ def test_a_store_opened_in_the_background_is_ready_for_the_recorder(tmp_path: Pa
     parent = rec.start_sweep(run_name="sweep", params={}, tags={})
     rec.close()
     assert parent is not None and MlflowClient(uri).get_run(parent).info.run_name == "sweep"
-    # A server is not opened (an HTTP client has nothing to open); a store that cannot be
-    # opened is left to the recorder, which reports it: the thread ends quietly.
+    # Nothing but sqlite is opened ahead (a server that does not answer must not hold the
+    # sweep up); a store that cannot be opened is left to the recorder, which reports it: the
+    # thread ends quietly.
     assert open_in_background("http://127.0.0.1:9") is None
+    assert open_in_background("postgresql://user@127.0.0.1:9/mlflow") is None
     (tmp_path / "file").write_text("")
     failing = open_in_background(f"sqlite:///{tmp_path / 'file' / 'mlflow.db'}")
     assert failing is not None

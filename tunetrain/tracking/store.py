@@ -39,13 +39,15 @@ def default_tracking_uri(directory: str | Path | None = None) -> str:
 
 
 def open_in_background(tracking_uri: str) -> threading.Thread | None:
-    """Open a database store (sqlite, postgresql, ...) in a thread of its own, for a sweep to
-    join before its recorder opens it: the first open of a store in a process costs about
-    0.7 s on 2 CPUs (SQLAlchemy's engine, MLflow's schema check, the imports they make on
-    first use) and a new sqlite file more (every schema migration), which a sweep otherwise
-    pays after Ray has started instead of while it starts. None for a server (an HTTP
-    client opens nothing). What goes wrong here is left to the recorder, which says it."""
-    if tracking_uri.startswith(("http://", "https://")):
+    """Open a sqlite store in a thread of its own, for a sweep to join before its recorder
+    opens it: the first open of a store in a process costs about 0.7 s on 2 CPUs
+    (SQLAlchemy's engine, MLflow's schema check, the imports they make on first use) and a
+    new file more (every schema migration), which a sweep otherwise pays after Ray has
+    started instead of while it starts. None for any other store: a server's HTTP client
+    opens nothing, and a database server that does not answer must not hold the sweep up
+    (the recorder trains on without it, docs/fault_tolerance.md). What goes wrong here is
+    left to the recorder, which says it."""
+    if not tracking_uri.startswith("sqlite:"):
         return None
 
     def open_store() -> None:
