@@ -264,3 +264,76 @@ def test_sql_metric_points_reads_what_mlflow_logged_and_steps_aside_for_other_st
             store = object()
 
     assert _internals.sql_metric_points(NotSql(), [run_id], ["loss"]) is None
+
+
+def test_sql_log_metrics_writes_the_rows_log_batch_writes_and_steps_aside_where_it_cannot(tmp_path: Path) -> None:
+    import math
+
+    import sqlalchemy as sa
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    def tables(client: MlflowClient, run_id: str) -> tuple[Any, Any]:
+        engine = sa.create_engine(client.tracking_uri)
+        with engine.connect() as conn:
+            metrics = conn.execute(
+                sa.text(
+                    "SELECT key, value, timestamp, step, is_nan FROM metrics WHERE run_uuid = :r ORDER BY 1, 4, 3, 2"
+                ),
+                {"r": run_id},
+            ).all()
+            latest = conn.execute(
+                sa.text(
+                    "SELECT key, value, timestamp, step, is_nan FROM latest_metrics WHERE run_uuid = :r ORDER BY 1"
+                ),
+                {"r": run_id},
+            ).all()
+        engine.dispose()
+        return metrics, latest
+
+    # Two batches: NaN, +-inf, a point twice in one batch, a key whose later batch has a
+    # lower step (its latest value stays), one whose later batch has a higher step.
+    batches = [
+        [
+            Metric("loss", 0.5, 1000, 0),
+            Metric("loss", math.nan, 2000, 1),
+            Metric("loss", 0.25, 3000, 2),
+            Metric("loss", 0.25, 3000, 2),
+            Metric("grad", math.inf, 1000, 5),
+            Metric("acc", -math.inf, 1000, 0),
+        ],
+        [Metric("loss", 0.1, 4000, 3), Metric("grad", 2.0, 5000, 4), Metric("acc", 0.9, 900, 0)],
+    ]
+    written = {}
+    for how in ("log_batch", "sql"):
+        client = MlflowClient(f"sqlite:///{tmp_path / how}.db")
+        run_id = client.create_run(client.create_experiment("seam")).info.run_id
+        for batch in batches:
+            if how == "sql":
+                assert _internals.sql_log_metrics(client, run_id, batch) is True
+            else:
+                client.log_batch(run_id, metrics=batch)
+        written[how] = tables(client, run_id)
+        assert {m.key: m.step for m in client.get_run(run_id).data._metric_objs} == {"loss": 3, "grad": 5, "acc": 0}
+    assert written["sql"] == written["log_batch"]
+    assert len(written["sql"][0]) == 8
+
+    # A point already in the run: nothing written, log_batch's turn (it skips the duplicate).
+    client = MlflowClient(f"sqlite:///{tmp_path / 'sql'}.db")
+    experiment_id = client.search_experiments(filter_string="name = 'seam'")[0].experiment_id
+    run_id = client.search_runs([experiment_id])[0].info.run_id
+    before = tables(client, run_id)
+    assert _internals.sql_log_metrics(client, run_id, [Metric("new", 1.0, 1, 0), batches[1][0]]) is False
+    assert tables(client, run_id) == before
+    # A deleted run, a bad metric name: MLflow's own call raises its own error.
+    client.delete_run(run_id)
+    assert _internals.sql_log_metrics(client, run_id, [Metric("new", 1.0, 1, 0)]) is False
+    other = client.create_run(experiment_id).info.run_id
+    with pytest.raises(Exception, match="Names may only contain"):
+        _internals.sql_log_metrics(client, other, [Metric("bad\nname", 1.0, 1, 0)])
+
+    class NotSql:
+        class _tracking_client:
+            store = object()
+
+    assert _internals.sql_log_metrics(NotSql(), run_id, batches[0]) is False

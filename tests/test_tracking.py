@@ -77,25 +77,41 @@ def test_sweep_and_trials_become_linked_parent_and_child_runs(tmp_path: Path) ->
     assert parent_run.info.status == "FINISHED"
 
 
+def metric_writes(rec: SweepRecorder, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every batch of metric points the recorder writes, as "sql:N" (the SQL store's direct
+    write, _internals.sql_log_metrics) or "log_batch:N" (MLflow's call)."""
+    from tunetrain import _internals
+
+    calls: list[str] = []
+    direct, log_batch = _internals.sql_log_metrics, rec._client.log_batch
+
+    def sql(client: Any, run_id: str, metrics: Any) -> bool:
+        written = direct(client, run_id, metrics)
+        if written:
+            calls.append(f"sql:{len(metrics)}")
+        return written
+
+    def batch(run_id: str, metrics: Any = (), **kwargs: Any) -> None:
+        if metrics:
+            calls.append(f"log_batch:{len(metrics)}")
+        log_batch(run_id, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(_internals, "sql_log_metrics", sql)
+    monkeypatch.setattr(rec._client, "log_batch", batch)
+    return calls
+
+
 def test_metrics_go_out_in_batches_never_one_call_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rec = recorder(tmp_path)
     rec.start_sweep(run_name="sweep", params={}, tags={})
-    calls: list[str] = []
+    calls = metric_writes(rec, monkeypatch)
     monkeypatch.setattr(rec._client, "log_metric", lambda *a, **k: calls.append("log_metric"))
-    original = rec._client.log_batch
-
-    def log_batch(run_id: str, metrics: list[object] = (), **kwargs: object) -> None:  # type: ignore[assignment]
-        if metrics:
-            calls.append(f"log_batch:{len(metrics)}")
-        original(run_id, metrics=metrics, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(rec._client, "log_batch", log_batch)
     rec.start_trial("t", params={}, tags={}, start_time=time.time())
     rec.log_metrics("t", step=1, metrics={f"m{i}": float(i) for i in range(20)}, timestamp=time.time())
     rec.flush()
     rec.close()
-    # Twenty metric keys of one report: one log_batch call, no log_metric call.
-    assert calls == ["log_batch:20"]
+    # Twenty metric keys of one report: one batch (the SQL write), no log_metric call.
+    assert calls == ["sql:20"]
 
 
 def test_an_unreachable_store_is_reported_once_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,15 +138,7 @@ def test_metric_points_of_many_reports_go_out_in_few_batches(tmp_path: Path, mon
     now = time.time()
     rec.start_trial("t", params={"lr": 0.1}, tags={}, start_time=now)
     rec.flush()
-    batches: list[int] = []
-    log_batch = rec._client.log_batch
-
-    def counting(run_id: str, metrics: Any = (), **kwargs: Any) -> None:
-        if metrics:
-            batches.append(len(metrics))
-        log_batch(run_id, metrics=metrics, **kwargs)
-
-    monkeypatch.setattr(rec._client, "log_batch", counting)
+    calls = metric_writes(rec, monkeypatch)
     # Queued faster than the flush interval, as a busy trial reports.
     for step in range(1, 301):
         rec.log_metrics("t", step=step, metrics={"loss": 1.0 / step, "acc": step / 300}, timestamp=now)
@@ -138,8 +146,9 @@ def test_metric_points_of_many_reports_go_out_in_few_batches(tmp_path: Path, mon
     run_id = rec.run_id("t")
     assert run_id is not None
     rec.close()
-    # 600 points went out in a handful of log_batch calls (MLflow allows 1,000 per call), not 300.
-    assert sum(batches) == 600 and len(batches) <= 5, batches
+    # 600 points went out in a handful of batches (MLflow allows 1,000 per call), not 300.
+    batches = [int(call.split(":")[1]) for call in calls]
+    assert sum(batches) == 600 and len(batches) <= 5, calls
     # ... and none was lost or doubled.
     client = MlflowClient(default_tracking_uri(tmp_path))
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == list(range(1, 301))

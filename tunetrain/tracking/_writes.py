@@ -11,6 +11,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from tunetrain import _internals
 from tunetrain.tracking._common import (
     _MAX_METRICS_PER_BATCH,
     _MAX_PARAM_LENGTH,
@@ -71,7 +72,11 @@ class _StoreWrites:
         for run_id in list(self._pending_metrics):
             metrics = self._pending_metrics[run_id]
             for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
-                self._client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS_PER_BATCH])
+                batch = metrics[start : start + _MAX_METRICS_PER_BATCH]
+                # A SQL store gets log_batch's rows without its per-point ORM work (the
+                # seam's sql_log_metrics says why); any other store, log_batch itself.
+                if not _internals.sql_log_metrics(self._client, run_id, batch):
+                    self._client.log_batch(run_id, metrics=batch)
             del self._pending_metrics[run_id]  # gone out: a failure after this does not resend them
         self._pending_since = None
 
