@@ -72,7 +72,8 @@ def test_only_the_tracking_package_and_the_seam_import_mlflow() -> None:
 PRIVATE = re.compile(
     r"\._internal\b|\._private\b|_loads_with_cloudpickle|SqlMetric|_local_tuner|_tracking_client|"
     r"ManagedSessionMaker|_checkpoint_results|_TrainingResult|_find_newest_experiment_checkpoint|"
-    r"\._exploit\(|_hyperparam_mutations|print_to_stdstream|_global_node|\.abort\.remote"
+    r"\._exploit\(|_hyperparam_mutations|print_to_stdstream|_global_node|\.abort\.remote|SqlLatestMetric|"
+    r"_validate_metric\b"
 )
 
 

@@ -9,8 +9,9 @@ else in tunetrain reaches into Ray or MLflow internals (a grep for ``._internal`
 nothing), and where a public API does the job it is used instead.
 
 Written against Ray 2.60.0 and MLflow 3.17.2. Ray is imported inside the functions (the
-CLI's quick commands need none of it); MLflow only in :func:`sql_metric_points`, which the
-tracking package calls (the one other place that imports mlflow).
+CLI's quick commands need none of it); MLflow only in :func:`sql_metric_points` and
+:func:`sql_log_metrics`, which the tracking package calls (the one other place that imports
+mlflow).
 """
 
 from __future__ import annotations
