@@ -118,12 +118,15 @@ def main() -> None:
             ]
         )
     one = found.get(("tunetrain", 1), float("nan"))
+    tune = found.get(("tune", 1), float("nan"))
     two = found.get(("tunetrain", 2))
+    met = one >= 0.90 and one >= tune - 0.02 and (two is None or two >= 0.75)
     print(
         c.section(
             title="2. Sweep efficiency",
             command="python benchmarks/efficiency.py",
-            target=">= 0.85 for a 40-trial ASHA sweep of ~20 s single-worker trials on 2 CPUs",
+            target=">= 0.90 and within 0.02 of plain Ray Tune's (same run) for a 40-trial ASHA sweep of ~20 s "
+            "single-worker trials on 2 CPUs; >= 0.75 with 2-worker trials",
             headers=[
                 "arm",
                 "trials",
@@ -133,9 +136,7 @@ def main() -> None:
                 f"median efficiency ({cpus} CPUs)",
             ],
             rows=rows,
-            verdict=c.verdict(
-                one >= 0.85, f"single-worker {one:.3f} (plain Ray Tune {found.get(('tune', 1), float('nan')):.3f})"
-            )
+            verdict=c.verdict(met, f"single-worker {one:.3f} (plain Ray Tune {tune:.3f})")
             + (f" 2-worker trials: {two:.3f}." if two is not None else ""),
             notes="ASHA (grace 1, reduction factor 2) stops most trials after 1-4 iterations, so per-trial start-up "
             "and bookkeeping weigh heavily. 2-worker trials run one at a time on 2 CPUs on the reused worker "
