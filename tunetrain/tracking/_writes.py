@@ -150,7 +150,8 @@ class _StoreWrites:
         found = None
         if self._doubtful or entry["seq"] <= self._replay_until:  # it may exist already
             found = self._find_run(f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{TRIAL_ID_TAG}` = '{trial_key}'")
-        tags = {**entry["tags"], PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key}
+        # As before, when they went out after the run was created: the entry's tags win.
+        tags = {PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key, **entry["tags"]}
         if found is None and len(tags) <= _MAX_TAGS_PER_BATCH:
             # The trial's tags go in with the run (one transaction fewer per trial).
             trimmed = {key: _trim(str(value), _MAX_TAG_LENGTH) for key, value in tags.items()}
