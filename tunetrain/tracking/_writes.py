@@ -150,30 +150,23 @@ class _StoreWrites:
         found = None
         if self._doubtful or entry["seq"] <= self._replay_until:  # it may exist already
             found = self._find_run(f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{TRIAL_ID_TAG}` = '{trial_key}'")
-        # As before, when they went out after the run was created: the entry's tags win.
-        tags = {PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key, **entry["tags"]}
-        if found is None and len(tags) <= _MAX_TAGS_PER_BATCH:
-            # The trial's tags go in with the run (one transaction fewer per trial).
-            trimmed = {key: _trim(str(value), _MAX_TAG_LENGTH) for key, value in tags.items()}
-            run = self._client.create_run(
-                self.experiment_id, start_time=int(entry["start_time"] * 1000), run_name=trial, tags=trimmed
-            )
-            run_id, tags = run.info.run_id, {}
-        else:
-            run_id = (
-                found
-                or self._client.create_run(
-                    self.experiment_id,
-                    start_time=int(entry["start_time"] * 1000),
-                    run_name=trial,
-                    tags={PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key},
-                ).info.run_id
-            )
-            tags = dict(entry["tags"])
+        run_id, rest = found, dict(entry["tags"])
+        if run_id is None:
+            fixed = {PARENT_TAG: parent, STATUS_TAG: "running", TRIAL_ID_TAG: trial_key}
+            merged = {**fixed, **rest}  # as when they went out after the run: the entry's tags win
+            # The trial's tags go in with the run when they fit in one call (one transaction
+            # fewer per trial); otherwise the rest follow in batches, as the parameters do.
+            with_run, rest = (merged, {}) if len(merged) <= _MAX_TAGS_PER_BATCH else (fixed, rest)
+            run_id = self._client.create_run(
+                self.experiment_id,
+                start_time=int(entry["start_time"] * 1000),
+                run_name=trial,
+                tags={key: _trim(str(value), _MAX_TAG_LENGTH) for key, value in with_run.items()},
+            ).info.run_id
         self._run_ids[trial] = run_id
         if self._journal is not None:
             self._journal.write({"run": trial, "run_id": run_id})
-        self._log_params_and_tags(run_id, entry["params"], tags)
+        self._log_params_and_tags(run_id, entry["params"], rest)
 
     def _op_reopen_trial(self, entry: dict[str, Any]) -> None:
         run_id = self._target(entry["trial"])
