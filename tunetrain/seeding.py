@@ -7,9 +7,11 @@ well-mixed child seeds from a root and an index path) so no home-made hashing is
 from __future__ import annotations
 
 import random
+import sys
 from typing import Any
 
 import numpy as np
+import wrapt
 
 
 def draw_root_seed() -> int:
@@ -22,13 +24,32 @@ def derive_seed(root: int, *path: int) -> int:
     return int(np.random.SeedSequence([root, *path]).generate_state(1)[0] % (2**31))
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's ``random``, NumPy's global generator and torch (CPU and every CUDA device)."""
-    import torch
+# The seed torch gets when it is imported after seed_everything (None: no hook registered).
+_torch_seed: int | None = None
 
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and every CUDA device).
+
+    torch is seeded now if it is imported, and otherwise the moment it is (wrapt's post-import
+    hook): importing it costs about 2 s of CPU in every new trial process, which a loop that
+    never uses torch should not pay, and a loop that imports torch itself gets the generator
+    state it would have had (nothing can draw from torch's generator before torch exists)."""
+    global _torch_seed
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
+    registered, _torch_seed = _torch_seed is not None, seed
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)  # also seeds every CUDA device
+    elif not registered:
+        wrapt.register_post_import_hook(_seed_torch, "torch")
+
+
+def _seed_torch(torch: Any) -> None:
+    """The post-import hook: seed torch with the latest seed_everything's seed."""
+    if _torch_seed is not None:
+        torch.manual_seed(_torch_seed)
 
 
 def data_loader_seeding() -> dict[str, Any]:

@@ -8,6 +8,7 @@ import math
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,13 @@ OOM_MARK = "tunetrain: out of memory"
 
 def this_node() -> dict[str, Any]:
     """This worker's Ray node (IP address, node id) and device: type, name and memory (GiB)."""
-    import torch
-
     from tunetrain import provenance
 
     context = ray.get_runtime_context()
     node = {"ip": ray.util.get_node_ip_address(), "node_id": context.get_node_id()}
     gpus = context.get_accelerator_ids().get("GPU") or []
+    if gpus:  # torch only then: a CPU trial's process imports it only if its loop does
+        import torch
     if gpus and torch.cuda.is_available():
         index = torch.cuda.current_device()
         properties = torch.cuda.get_device_properties(index)
@@ -242,16 +243,14 @@ def worker_main(
 
 def _out_of_memory(exc: BaseException) -> bool:
     """Whether an exception is torch's out-of-memory error (CUDA, or any other device)."""
-    import torch
-
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    torch = sys.modules.get("torch")  # not imported: not torch's error (and no import for it)
+    return (torch is not None and isinstance(exc, torch.OutOfMemoryError)) or "out of memory" in str(exc).lower()
 
 
 def _peak_memory_gib() -> float | None:
     """The most GPU memory this process allocated (None without CUDA)."""
-    import torch
-
-    if not torch.cuda.is_available():
+    torch = sys.modules.get("torch")  # not imported: it allocated nothing
+    if torch is None or not torch.cuda.is_available():
         return None
     return round(torch.cuda.max_memory_allocated() / 2**30, 3)
 

@@ -11,7 +11,6 @@ from typing import Any
 import ray.train
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig
-from ray.train.torch import TorchTrainer
 from ray.train.v2.api.callback import UserCallback
 from ray.train.v2.api.config import ScalingConfig  # Train V2's: num_workers may be an elastic range
 
@@ -101,6 +100,10 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     A trial that Tune restored (a PBT exploit, a HyperBand resume, a retry) starts a new Train
     run whose workers get the restored checkpoint from ``ray.train.get_checkpoint()``.
     """
+    # Imported here: it imports torch (about 2 s of CPU on 2 cores), which the trial processes
+    # of the other runners, importing this package, pay only when their loop uses torch.
+    from ray.train.torch import TorchTrainer
+
     name = tune.get_context().get_trial_name()
     if name in spec.finished:
         return
