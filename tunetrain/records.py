@@ -68,7 +68,12 @@ class TrialRecord:
         scored = [c for c in self.checkpoints if isinstance(c.get("score"), float) and math.isfinite(c["score"])]
         if not scored:
             return self.checkpoints[-1] if self.checkpoints else None
-        return (min if order == "min" else max)(scored, key=lambda c: c["score"])
+        # Of checkpoints with the same score, the latest: the one Ray's checkpoint manager keeps
+        # (ray.train._internal.checkpoint_manager, Ray 2.60: on a tie, the later checkpoint
+        # ranks higher, and num_to_keep deletes from the lowest). An accuracy ties often.
+        if order == "min":
+            return min(scored, key=lambda c: (c["score"], -c["step"]))
+        return max(scored, key=lambda c: (c["score"], c["step"]))
 
 
 def error_headline(text: str) -> str:
