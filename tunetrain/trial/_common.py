@@ -49,17 +49,18 @@ def this_node() -> dict[str, Any]:
     context = ray.get_runtime_context()
     node = {"ip": ray.util.get_node_ip_address(), "node_id": context.get_node_id()}
     gpus = context.get_accelerator_ids().get("GPU") or []
-    if gpus:  # torch only then: a CPU trial's process imports it only if its loop does
-        import torch
-    if gpus and torch.cuda.is_available():
-        index = torch.cuda.current_device()
-        properties = torch.cuda.get_device_properties(index)
-        return {
-            **node,
-            "device": f"cuda:{index}",
-            "device_name": properties.name,
-            "device_memory_gib": round(properties.total_memory / 2**30, 1),
-        }
+    if gpus:
+        import torch  # only here: a CPU trial's process imports it only if its loop does
+
+        if torch.cuda.is_available():
+            index = torch.cuda.current_device()
+            properties = torch.cuda.get_device_properties(index)
+            return {
+                **node,
+                "device": f"cuda:{index}",
+                "device_name": properties.name,
+                "device_memory_gib": round(properties.total_memory / 2**30, 1),
+            }
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {**node, "device": "cpu", "device_name": provenance.cpu_model(), "device_memory_gib": round(memory, 1)}
 
