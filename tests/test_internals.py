@@ -337,3 +337,10 @@ def test_sql_log_metrics_writes_the_rows_log_batch_writes_and_steps_aside_where_
             store = object()
 
     assert _internals.sql_log_metrics(NotSql(), run_id, batches[0]) is False
+
+
+def test_mlflow_metric_key_problem_is_mlflows_own_rule() -> None:
+    assert _internals.mlflow_metric_key_problem("val/loss") is None
+    assert "Names may only contain" in (_internals.mlflow_metric_key_problem("acc@1") or "")
+    assert "resolve" in (_internals.mlflow_metric_key_problem("a/../b") or "")
+    assert "250" in (_internals.mlflow_metric_key_problem("k" * 251) or "")

@@ -73,7 +73,7 @@ PRIVATE = re.compile(
     r"\._internal\b|\._private\b|_loads_with_cloudpickle|SqlMetric|_local_tuner|_tracking_client|"
     r"ManagedSessionMaker|_checkpoint_results|_TrainingResult|_find_newest_experiment_checkpoint|"
     r"\._exploit\(|_hyperparam_mutations|print_to_stdstream|_global_node|\.abort\.remote|SqlLatestMetric|"
-    r"_validate_metric\b"
+    r"_validate_metric\b|_validate_metric_name"
 )
 
 

@@ -439,3 +439,24 @@ def sql_log_metrics(client: Any, run_id: str, metrics: Sequence[Any]) -> bool:
             return False  # rolled back: log_batch writes the points not yet in the run
         raise
     return True
+
+
+def mlflow_metric_key_problem(key: str) -> str | None:
+    """Why MLflow would refuse ``key`` as a metric name (its own message), or None when it
+    takes it. MLflow checks a name only inside ``log_batch``, where one bad key fails the
+    whole batch; the sweep checks each key once, at the report that first brings it.
+
+    MLflow 3.17: ``mlflow.utils.validation._validate_metric_name`` (the characters and the
+    path rule) and ``MAX_ENTITY_KEY_LENGTH`` (250, the store's column). tests/test_internals.py
+    checks a refused and an accepted key.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, _validate_metric_name
+
+    if len(key) > MAX_ENTITY_KEY_LENGTH:
+        return f"Names may be at most {MAX_ENTITY_KEY_LENGTH} characters long (this one has {len(key)})."
+    try:
+        _validate_metric_name(key, "metrics")
+    except MlflowException as exc:
+        return str(exc.message).split(" supplied: ", 1)[-1]
+    return None

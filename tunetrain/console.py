@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tunetrain._space import flatten
-from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials
+from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
 
 _ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
@@ -106,7 +106,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         lines.append(f"Stopped launching trials: {outcome.stop_reason}.")
     if outcome.interrupted and outcome.storage_path:
         storage = str(Path(outcome.storage_path).parent)
-        lines.append(f"Resume it (ended trials stay ended): tunetrain resume {outcome.sweep_name} --storage {storage}")
+        lines.append(f"Resume it (ended trials stay ended): {sweep_command('resume', outcome.sweep_name, storage)}")
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:
         shown = ranked[:top_k]

@@ -76,6 +76,16 @@ class TrialRecord:
         return max(scored, key=lambda c: (c["score"], c["step"]))
 
 
+def sweep_command(verb: str, sweep_name: str, storage: str) -> str:
+    """The command line that resumes or syncs a sweep (``verb``), to print: quoted for a
+    shell, and with a local storage folder absolute, so that it works from any folder."""
+    import os
+    import shlex
+
+    where = storage if "://" in storage else os.path.abspath(storage)
+    return shlex.join(["tunetrain", verb, sweep_name, "--storage", where])
+
+
 def error_headline(text: str) -> str:
     """The last non-empty line of an error text (for a traceback: the exception itself)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -164,6 +174,10 @@ class SweepOutcome:
     sweep_s: float = 0.0
     # The config keys (dotted) the searcher chooses; the rest of a config is fixed.
     searched: list[str] = dataclasses.field(default_factory=list)
+    # Records the store refused (not an outage: those wait in the journal for `tunetrain sync`):
+    # how many, and the first one's error. A sweep with any does not end as a success.
+    record_errors: int = 0
+    record_error: str | None = None
 
     @property
     def best(self) -> TrialRecord | None:

@@ -13,6 +13,7 @@ from tunetrain import _space
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.records import sweep_command
 
 DEFAULT_STORAGE = "tunetrain_results"
 
@@ -152,6 +153,15 @@ def execute(
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
         status = "bad_input"
+    elif outcome.record_errors:
+        print(
+            f"\ntunetrain: error: the MLflow store at {outcome.tracking_uri} refused {outcome.record_errors} "
+            f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
+            f"is kept in {plan.journal_path}: fix the cause, then write it with "
+            f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
+            file=stream,
+        )
+        status = "not_recorded"
     elif any(t.status in ("completed", "stopped_early") for t in outcome.trials):
         status = "ok"
     else:

@@ -14,12 +14,13 @@ class SweepResult:
     """What a sweep did: its trials, the best one, where it is recorded.
 
     ``status`` is ``"ok"`` (a trial completed or was stopped early by the scheduler),
-    ``"all_failed"``, ``"bad_input"`` (the sweep stopped itself: ``error`` says why) or
-    ``"dry_run"`` (nothing ran).
+    ``"all_failed"``, ``"bad_input"`` (the sweep stopped itself: ``error`` says why),
+    ``"not_recorded"`` (the tracking store refused records: ``error`` says which first; they
+    stay in the journal) or ``"dry_run"`` (nothing ran).
     """
 
     name: str
-    status: Literal["ok", "all_failed", "bad_input", "dry_run"]
+    status: Literal["ok", "all_failed", "bad_input", "not_recorded", "dry_run"]
     metric: str
     mode: str
     tracking_uri: str
@@ -61,8 +62,9 @@ class SweepResult:
 
     @property
     def exit_status(self) -> int:
-        """The CLI's exit status: 0 ok (or dry run), 1 all trials failed, 2 bad input."""
-        return {"ok": 0, "dry_run": 0, "all_failed": 1, "bad_input": 2}[self.status]
+        """The CLI's exit status: 0 ok (or dry run), 1 all trials failed, 2 bad input, 3 a
+        record the store refused."""
+        return {"ok": 0, "dry_run": 0, "all_failed": 1, "bad_input": 2, "not_recorded": 3}[self.status]
 
     def table(self) -> Any:
         """One row per trial (pandas): from MLflow when the sweep was recorded (as

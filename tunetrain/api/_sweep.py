@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from tunetrain import _space
+from tunetrain import _space, records
 from tunetrain.api._execute import DEFAULT_STORAGE, execute
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
@@ -213,7 +213,7 @@ def resume(
         raise ExperimentError(
             f"Sweep {sweep_name!r} was started by an older tunetrain and saved only its command line "
             f"({header.get('command', 'none')!r}), not its plan.",
-            fix=f"Resume it from the command line: tunetrain resume {sweep_name} --storage {storage}",
+            fix=f"Resume it from the command line: {records.sweep_command('resume', sweep_name, storage)}",
         )
     fields = {key: ast.literal_eval(text) for key, text in request.get("fields", {}).items()}
     if num_samples is not None:

@@ -19,7 +19,7 @@ from tunetrain import _space
 from tunetrain.budget import BudgetGate
 from tunetrain.console import LiveView
 from tunetrain.engine.plan import SweepPlan, train_storage
-from tunetrain.engine.policy import SweepStopper, end_status, user_metrics
+from tunetrain.engine.policy import SweepStopper, end_status
 from tunetrain.records import ENDED, TrialRecord, error_headline
 from tunetrain.seeding import derive_seed
 from tunetrain.tracking import Recorder, schema
@@ -166,7 +166,7 @@ class SweepCallback(tune.Callback):
             # sweep, a HyperBand resume) reruns those steps: each step is recorded once, the
             # first time. (A PBT exploit continues from the donor's step, see docs/schedulers.md.)
             return
-        metrics = user_metrics(result)
+        metrics = self.stopper.recordable(result, record.name)  # without names the store refuses
         # A diverged objective reached the scheduler and searcher as its worst value; the
         # record keeps what the train loop reported.
         metrics.update(result.get(DIVERGED_KEY) or {})

@@ -12,7 +12,7 @@ from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from tunetrain import _internals, _space
+from tunetrain import _internals, _space, tracking
 from tunetrain.budget import Budget, BudgetGate
 from tunetrain.experiment import Experiment
 from tunetrain.records import TrialRecord, TrialStatus
@@ -62,6 +62,8 @@ class SweepStopper(tune.Stopper):
         self.diverged: set[str] = set()
         self.bad_input: str | None = None  # why the sweep was stopped as bad input
         self.bad_input_fix = ""
+        self._keys_checked: set[str] = set()
+        self.refused_keys: set[str] = set()  # metric names the store refuses: never sent
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         missing = [metric for metric in self.metrics if metric not in result]
@@ -75,6 +77,8 @@ class SweepStopper(tune.Stopper):
                     "or change Experiment.metric.",
                 )
             return True
+        if self.recordable(result) != user_metrics(result):
+            return True
         values = [result[metric] for metric in self.metrics]
         if any(isinstance(value, int | float) and not math.isfinite(value) for value in values):
             self.diverged.add(trial_id)
@@ -82,6 +86,25 @@ class SweepStopper(tune.Stopper):
         if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
             return True
         return self.max_seconds is not None and result.get("time_total_s", 0.0) >= self.max_seconds
+
+    def recordable(self, result: Mapping[str, Any], trial: str = "") -> dict[str, float]:
+        """The result's metrics the store takes. A name it refuses (MLflow's rule: ``acc@1``)
+        stops the whole sweep as bad input at the first report that brings it: every later
+        report and trial would bring it too, and the record would silently lack it. The
+        other metrics of that report are still recorded."""
+        metrics = user_metrics(result)
+        for key in metrics.keys() - self._keys_checked:
+            self._keys_checked.add(key)
+            problem = tracking.metric_key_problem(key)
+            if problem is None:
+                continue
+            self.refused_keys.add(key)
+            self.refuse(
+                f"The train loop{' of ' + trial if trial else ''} reported the metric {key!r}, whose name "
+                f"the MLflow store refuses: {problem}",
+                fix=f"Rename it in ray.train.report (for example {tracking.suggested_metric_key(key)!r}).",
+            )
+        return {key: value for key, value in metrics.items() if key not in self.refused_keys}
 
     def refuse(self, message: str, *, fix: str) -> None:
         """Stop the whole sweep as bad input (exit 2): ``message`` says why, ``fix`` how to fix it."""

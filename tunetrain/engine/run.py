@@ -23,7 +23,7 @@ from tunetrain.engine.callback import SweepCallback
 from tunetrain.engine.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
 from tunetrain.engine.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
 from tunetrain.experiment import Experiment
-from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front
+from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
 from tunetrain.trial import (
     DRIVER_RESOURCES,
@@ -331,7 +331,7 @@ def run_sweep(
             for record in outcome.pareto:
                 sweep_recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
             sweep_recorder.flush()
-            pareto_tags = {
+            pareto_tags |= {  # with the stop reason and checkpoint usage above
                 schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
                 schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
                 schema.PARETO_RUN_IDS_TAG: ",".join(sweep_recorder.run_id(r.name) or "" for r in outcome.pareto),
@@ -359,14 +359,9 @@ def run_sweep(
         if sweep_recorder.unsent:
             print(
                 f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at {plan.tracking_uri}; "
-                f"they are kept in {plan.journal_path}.\n  Write them when it is back: tunetrain sync "
-                f"{plan.sweep_name} --storage {plan.storage_path}",
+                f"they are kept in {plan.journal_path}.\n  Write them when it is back: "
+                f"{sweep_command('sync', plan.sweep_name, plan.storage_path)}",
                 file=stream,
             )
-        if sweep_recorder.error_count:
-            print(
-                f"tunetrain: {sweep_recorder.error_count} MLflow tracking error(s); "
-                f"the first: {sweep_recorder.first_error}",
-                file=stream,
-            )
+        outcome.record_errors, outcome.record_error = sweep_recorder.error_count, sweep_recorder.first_error
     return outcome

@@ -19,6 +19,7 @@ and the rest are counted.
 """
 
 from tunetrain.tracking import schema
+from tunetrain.tracking._common import metric_key_problem, suggested_metric_key
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
 from tunetrain.tracking.recorder import NullRecorder, Recorder, SweepRecorder
 from tunetrain.tracking.registry import RegisteredVersion, register_version
@@ -53,11 +54,13 @@ __all__ = [
     "default_tracking_uri",
     "describe_shape",
     "latest_smoke_timings",
+    "metric_key_problem",
     "open_in_background",
     "register_version",
     "resolve_tracking_uri",
     "schema",
     "start_ui_server",
     "stop_ui_server",
+    "suggested_metric_key",
     "ui_command",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -17,6 +18,21 @@ _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
 
 
+# MLflow error codes that say the request itself is wrong: retrying cannot help.
+_PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST"}
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a tracking error is the store being away (retry later) rather than a bad request."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, MlflowException):
+        return exc.error_code not in _PERMANENT_CODES or "failed with exception" in str(exc)
+    if isinstance(exc, OSError | ConnectionError | TimeoutError):
+        return True
+    return type(exc).__name__ in ("OperationalError", "ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout")
+
+
 def _quiet_mlflow_logging() -> None:
     # Database migrations and store set-up log at INFO on every new sqlite file.
     for name in ("alembic", "mlflow"):
@@ -30,3 +46,22 @@ def _quiet_mlflow_logging() -> None:
 
 def _trim(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@functools.lru_cache(maxsize=4096)  # a sweep reports the same few names at every step
+def metric_key_problem(key: str) -> str | None:
+    """Why the store would refuse ``key`` as a metric name (MLflow's rule, in its words), or
+    None when it takes it."""
+    from tunetrain import _internals
+
+    return _internals.mlflow_metric_key_problem(key)
+
+
+def suggested_metric_key(key: str) -> str:
+    """A name MLflow takes for a refused ``key``: each other character becomes ``_``, and
+    leading slashes and ``..`` path parts go (``acc@1`` -> ``acc_1``)."""
+    import re
+
+    name = re.sub(r"[^\w.\- :/]", "_", key)
+    name = "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+    return name[:250] or "metric"

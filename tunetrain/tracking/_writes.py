@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
 from tunetrain import _internals
@@ -18,7 +20,9 @@ from tunetrain.tracking._common import (
     _MAX_PARAMS_PER_BATCH,
     _MAX_TAG_LENGTH,
     _MAX_TAGS_PER_BATCH,
+    _transient,
     _trim,
+    metric_key_problem,
 )
 from tunetrain.tracking.journal import Journal
 from tunetrain.tracking.schema import (
@@ -69,16 +73,35 @@ class _StoreWrites:
                 self._pending_metrics[run_id] = [
                     m for m in self._pending_metrics[run_id] if (m.key, m.step) not in present
                 ]
+        refused: list[Exception] = []
         for run_id in list(self._pending_metrics):
             metrics = self._pending_metrics[run_id]
             for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
-                batch = metrics[start : start + _MAX_METRICS_PER_BATCH]
-                # A SQL store gets log_batch's rows without its per-point ORM work (the
-                # seam's sql_log_metrics says why); any other store, log_batch itself.
-                if not _internals.sql_log_metrics(self._client, run_id, batch):
-                    self._client.log_batch(run_id, metrics=batch)
+                try:
+                    self._send_points(run_id, metrics[start : start + _MAX_METRICS_PER_BATCH])
+                except Exception as exc:
+                    if _transient(exc):
+                        raise  # kept pending: sent again, without what went out, when the store is back
+                    refused.append(exc)  # a refused batch leaves the buffer too: no spinning on it
             del self._pending_metrics[run_id]  # gone out: a failure after this does not resend them
         self._pending_since = None
+        if refused:
+            raise refused[0]
+
+    def _send_points(self, run_id: str, batch: list[Metric]) -> None:
+        """One batch of a run's points. When the store refuses one point's name, the others
+        still go (one bad key must not hold every valid point hostage); the refusal is raised."""
+        bad = [m for m in batch if metric_key_problem(m.key) is not None]
+        good = [m for m in batch if m not in bad] if bad else batch
+        # A SQL store gets log_batch's rows without its per-point ORM work (the seam's
+        # sql_log_metrics says why); any other store, log_batch itself.
+        if good and not _internals.sql_log_metrics(self._client, run_id, good):
+            self._client.log_batch(run_id, metrics=good)
+        if bad:
+            raise MlflowException(
+                f"Metric {bad[0].key!r} not recorded: {metric_key_problem(bad[0].key)}",
+                error_code=INVALID_PARAMETER_VALUE,
+            )
 
     def _points(self, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
         """The (metric, step) points of ``keys`` already in the run."""

@@ -15,23 +15,9 @@ from typing import Any, Protocol, TextIO
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _trim
+from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
 from tunetrain.tracking.journal import Journal, JournalState
-
-# MLflow error codes that say the request itself is wrong: retrying cannot help.
-_PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST"}
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether a tracking error is the store being away (retry later) rather than a bad request."""
-    from mlflow.exceptions import MlflowException
-
-    if isinstance(exc, MlflowException):
-        return exc.error_code not in _PERMANENT_CODES or "failed with exception" in str(exc)
-    if isinstance(exc, OSError | ConnectionError | TimeoutError):
-        return True
-    return type(exc).__name__ in ("OperationalError", "ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout")
 
 
 class SweepRecorder(_StoreWrites):
@@ -134,12 +120,12 @@ class SweepRecorder(_StoreWrites):
             try:
                 entry = self._queue.get(timeout=self._flush_timeout())
             except queue.Empty:  # the oldest pending point has waited long enough
-                self._guarded(self._flush_metrics)
+                self._kept = not self._guarded(self._flush_metrics) or self._kept
                 self._ack()
                 continue
             try:
                 if entry is None:
-                    self._guarded(self._flush_metrics)
+                    self._kept = not self._guarded(self._flush_metrics) or self._kept
                     self._ack()
                     return
                 if entry["op"] == "flush":
@@ -169,8 +155,9 @@ class SweepRecorder(_StoreWrites):
 
     def _guarded(self, task: Callable[[], None]) -> bool:
         """Run ``task``; while the store is away, again with back-off, in order (the queue
-        waits), until it answers or :meth:`close` gives up. False when it was given up (the
-        journal keeps it); True when it was written or can never be (a bad request)."""
+        waits), until it answers or :meth:`close` gives up. False when it was given up or
+        refused (the journal keeps it, unacknowledged, for ``tunetrain sync`` once the cause is
+        fixed; the sweep reports the error and does not end as a success); True when written."""
         delay = 0.5
         while True:
             try:
@@ -178,7 +165,7 @@ class SweepRecorder(_StoreWrites):
             except Exception as exc:
                 if not _transient(exc):
                     self._report_error(exc)
-                    return True
+                    return False
                 if self._give_up.is_set():
                     self._report_error(exc)
                     return False
@@ -216,7 +203,8 @@ class SweepRecorder(_StoreWrites):
             self.first_error = f"{type(exc).__name__}: {exc}"
             self._say(
                 f"tunetrain: MLflow tracking error at {self.tracking_uri}: {_trim(self.first_error, 500)}\n"
-                "  Training goes on; further tracking errors are counted and reported at the end."
+                "  Training goes on; the record is kept in the journal, further tracking errors are "
+                "counted, and the sweep ends with an error."
             )
 
     def _emit(self, op: str, **args: Any) -> None:

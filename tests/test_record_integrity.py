@@ -1,0 +1,105 @@
+"""The record is never lost and never silently wrong: what MLflow refuses, stores that cannot
+take a sweep, names and bounds that would write in the wrong place. Real sweeps through the
+CLI on the session's real local Ray and a real sqlite store; the recorder driven alone on a
+real sqlite store."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import run_cli, write_experiment
+from tunetrain import tracking
+from tunetrain.tracking import Journal, SweepRecorder
+
+BAD_KEY = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(3):
+        ray.train.report({"loss": config["x"] / (step + 1), "acc@1": 0.5})
+
+
+experiment = Experiment(
+    name="badkey", train_loop=loop, metric="loss", mode="min",
+    space={"x": tune.grid_search([1.0, 2.0, 3.0])},
+    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=3), seed=1,
+)
+"""
+
+
+def _runs(tracking_uri: str, experiment: str) -> list:
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None
+    return client.search_runs([exp.experiment_id], max_results=100)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_metric_name_mlflow_refuses_stops_the_sweep_naming_it_and_keeps_the_rest(workdir: Path) -> None:
+    path = write_experiment(workdir, BAD_KEY)
+    status, out = run_cli("sweep", str(path), "--no-report", "--max-concurrent", "1")
+    assert status == 2, out
+    assert "'acc@1'" in out and "Names may only contain" in out and "'acc_1'" in out, out
+    runs = _runs(f"sqlite:///{workdir / 'mlflow.db'}", "badkey")
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [r.info.status for r in runs]
+    trials = [r for r in runs if r.data.tags.get("tunetrain.role") != "sweep"]
+    assert trials
+    # The valid metric of the report that brought the bad name is in the record.
+    assert all("loss" in r.data.metrics and "acc@1" not in r.data.metrics for r in trials)
+    assert "Model not registered" not in out
+
+
+def _recorder(tmp_path: Path, store: Path, **options: object) -> tuple[SweepRecorder, io.StringIO]:
+    errors = io.StringIO()
+    recorder = SweepRecorder(
+        tracking_uri=f"sqlite:///{store}",
+        experiment_name="e",
+        error_stream=errors,
+        journal=tmp_path / "journal.jsonl",
+        **options,  # type: ignore[arg-type]
+    )
+    return recorder, errors
+
+
+def test_the_recorder_writes_valid_points_beside_a_refused_name_and_does_not_spin(
+    tmp_path: Path, store_template: Path
+) -> None:
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(store_template.read_bytes())
+    recorder, errors = _recorder(tmp_path, store)
+    recorder.start_sweep(run_name="s", params={}, tags={})
+    recorder.start_trial("t0", params={"x": 1}, tags={}, start_time=time.time())
+    recorder.log_metrics("t0", step=1, metrics={"loss": 1.0, "acc@1": 0.5}, timestamp=time.time())
+    assert recorder.flush(timeout=30)
+    recorder.log_metrics("t0", step=2, metrics={"loss": 0.5}, timestamp=time.time())
+    recorder.end_trial("t0", status="completed", end_time=time.time(), tags={})
+    assert recorder.flush(timeout=30)
+    recorder.close()
+    # Refused once, not retried in a loop; counted, so the sweep cannot end as a success.
+    assert recorder.error_count == 1, errors.getvalue()
+    assert "acc@1" in (recorder.first_error or "")
+    client = MlflowClient(f"sqlite:///{store}")
+    run_id = recorder.run_id("t0")
+    assert run_id is not None
+    history = client.get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in history) == [1, 2]
+    assert client.get_run(run_id).info.status == "FINISHED"
+    # The refused record stays unacknowledged in the journal (for `tunetrain sync`).
+    assert Journal.read(tmp_path / "journal.jsonl").unsent
+
+
+def test_metric_key_problem_follows_mlflow_and_suggests_a_name_it_takes() -> None:
+    assert tracking.metric_key_problem("val/loss: top-1 acc.5") is None
+    for key in ("acc@1", "a/../b", "/x", "x" * 251):
+        problem = tracking.metric_key_problem(key)
+        assert problem, key
+        assert tracking.metric_key_problem(tracking.suggested_metric_key(key)) is None, key
+    assert tracking.suggested_metric_key("acc@1") == "acc_1"
