@@ -344,3 +344,18 @@ def test_mlflow_metric_key_problem_is_mlflows_own_rule() -> None:
     assert "Names may only contain" in (_internals.mlflow_metric_key_problem("acc@1") or "")
     assert "resolve" in (_internals.mlflow_metric_key_problem("a/../b") or "")
     assert "250" in (_internals.mlflow_metric_key_problem("k" * 251) or "")
+
+
+def test_sqlite_experiment_stage_reads_mlflows_experiments_table(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{store}")
+    kept, gone = client.create_experiment("kept"), client.create_experiment("gone")
+    client.delete_experiment(gone)
+    assert kept
+    assert _internals.sqlite_experiment_stage(store, "kept") == "active"
+    assert _internals.sqlite_experiment_stage(store, "gone") == "deleted"
+    assert _internals.sqlite_experiment_stage(store, "never") is None
+    assert _internals.sqlite_experiment_stage(tmp_path / "none.db", "kept") is None
+    assert not (tmp_path / "none.db").exists()  # read-only: nothing created

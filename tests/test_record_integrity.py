@@ -103,3 +103,58 @@ def test_metric_key_problem_follows_mlflow_and_suggests_a_name_it_takes() -> Non
         assert problem, key
         assert tracking.metric_key_problem(tracking.suggested_metric_key(key)) is None, key
     assert tracking.suggested_metric_key("acc@1") == "acc_1"
+
+
+QUICK = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    ray.train.report({"loss": config["x"]})
+
+
+experiment = Experiment(
+    name="quick", train_loop=loop, metric="loss", mode="min",
+    space={"x": tune.uniform(0.0, 1.0)},
+    scheduler="fifo", searcher="random", num_samples=2, stop=StopRule(max_iterations=1), seed=1,
+)
+"""
+
+
+def _no_ray_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetrain.engine import cluster
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(cluster, "connect", refuse)
+
+
+def test_a_sweep_into_a_deleted_experiment_is_refused_before_ray_starts(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("quick"))
+    path = write_experiment(workdir, QUICK)
+    _no_ray_started(monkeypatch)
+    for extra in ((), ("--dry-run",)):
+        status, out = run_cli("sweep", str(path), *extra)
+        assert status == 2, out
+        assert "'quick'" in out and "was deleted" in out and "mlflow experiments restore" in out and "mlflow gc" in out
+    assert client.search_runs([e.experiment_id for e in client.search_experiments(view_type=3)]) == []
+
+
+@pytest.mark.parametrize(
+    "where", ["/proc/tunetrain-x/mlflow.db", "/etc/hostname/mlflow.db"], ids=["proc", "under-a-file"]
+)
+def test_a_store_that_cannot_be_written_is_refused_before_ray_starts(
+    bare_workdir: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    path = write_experiment(bare_workdir, QUICK)
+    _no_ray_started(monkeypatch)
+    status, out = run_cli("sweep", str(path), "--tracking-uri", f"sqlite:///{where}")
+    assert status == 2, out
+    assert "cannot be written" in out and "--tracking-uri" in out, out

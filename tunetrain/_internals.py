@@ -460,3 +460,29 @@ def mlflow_metric_key_problem(key: str) -> str | None:
     except MlflowException as exc:
         return str(exc.message).split(" supplied: ", 1)[-1]
     return None
+
+
+def sqlite_experiment_stage(path: str | Path, name: str) -> str | None:
+    """The lifecycle stage (``active``, ``deleted``) of the experiment ``name`` in the MLflow
+    sqlite store at ``path``, None when it has none (or is no MLflow store yet), read with
+    the stdlib in read-only mode: before Ray starts, in milliseconds, where opening the store
+    through MLflow costs about 0.7 s (SQLAlchemy's engine, the schema check) and would
+    create a missing file.
+
+    MLflow 3.17: the ``experiments`` table's ``name`` and ``lifecycle_stage`` columns (its
+    SQLAlchemy model ``SqlExperiment``). tests/test_internals.py checks it against an
+    experiment MLflow created and deleted.
+    """
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        row = connection.execute("SELECT lifecycle_stage FROM experiments WHERE name = ?", (name,)).fetchone()
+    except sqlite3.Error:  # not an MLflow store (yet)
+        return None
+    finally:
+        connection.close()
+    return str(row[0]) if row else None

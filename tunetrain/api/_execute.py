@@ -51,6 +51,8 @@ def execute(
     # answer is an error now, before anything starts.
     store = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_reachable(store)
+    if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
+        tracking.check_writable(store, experiment.name)
     tracking_uri = store.uri
     address, address_source = cluster.resolve_address(address)
     storage_given, storage = storage is not None, storage or DEFAULT_STORAGE

@@ -22,6 +22,7 @@ from tunetrain.console import LiveView
 from tunetrain.engine.callback import SweepCallback
 from tunetrain.engine.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
 from tunetrain.engine.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
+from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
@@ -168,6 +169,12 @@ def run_sweep(
         parent_run_id = sweep_recorder.start_sweep(
             run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id
         )
+        if parent_run_id is None and sweep_recorder.error_count:  # refused, not away: nothing would be recorded
+            sweep_recorder.close()
+            raise ExperimentError(
+                f"The MLflow store at {plan.tracking_uri} refused the sweep's parent run: {sweep_recorder.first_error}",
+                fix="Fix what the store says; nothing was trained.",
+            )
         if exp.source_path:
             sweep_recorder.log_sweep_artifact(exp.source_path)
             diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""

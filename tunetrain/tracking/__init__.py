@@ -34,7 +34,7 @@ from tunetrain.tracking.store import (
     open_in_background,
 )
 from tunetrain.tracking.ui import start_ui_server, stop_ui_server, ui_command
-from tunetrain.tracking.uri import TrackingURI, check_existing, check_reachable, resolve_tracking_uri
+from tunetrain.tracking.uri import TrackingURI, check_existing, check_reachable, check_writable, resolve_tracking_uri
 
 __all__ = [
     "JOURNAL_NAME",
@@ -51,6 +51,7 @@ __all__ = [
     "check_existing",
     "check_reachable",
     "check_store",
+    "check_writable",
     "default_tracking_uri",
     "describe_shape",
     "latest_smoke_timings",

@@ -138,6 +138,12 @@ class _StoreWrites:
                 self.experiment_id = self._client.create_experiment(
                     self.experiment_name, artifact_location=self._artifact_location
                 )
+            elif experiment.lifecycle_stage == "deleted":  # deleted while the sweep started
+                raise MlflowException(
+                    f"The experiment {self.experiment_name!r} was deleted; restore it "
+                    "(mlflow experiments restore) or remove it for good (mlflow gc).",
+                    error_code=INVALID_PARAMETER_VALUE,
+                )
             else:
                 self.experiment_id = experiment.experiment_id
             found = self._find_run(f"tags.`{SWEEP_ID_TAG}` = '{entry['sweep_id']}' and tags.`{ROLE_TAG}` = 'sweep'")

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.tracking.store import default_tracking_uri
 
@@ -96,3 +97,67 @@ def check_existing(tracking: TrackingURI) -> None:
         fix="Run this from the folder the sweep ran in, or pass --tracking-uri with the sweep's store "
         f"(sqlite:///PATH/mlflow.db or a server), or set {ENV}.",
     )
+
+
+def check_writable(tracking: TrackingURI, experiment_name: str) -> None:
+    """Before anything starts: the sweep's store must be able to take its runs. Refuses
+    (ExperimentError) a sqlite file or folder it cannot write, and an experiment of that name
+    that was deleted (MLflow keeps a deleted experiment's name: a sweep could record nothing
+    into it). A server's experiment is asked for; other databases are left to the recorder."""
+    path = tracking.sqlite_path
+    if path is not None:
+        problem = _sqlite_unwritable(path)
+        if problem:
+            raise ExperimentError(
+                f"The tracking store {tracking.uri} (from {tracking.source}) cannot be written: {problem}.",
+                fix="Point --tracking-uri (or MLFLOW_TRACKING_URI) at a sqlite file in a folder you can write, "
+                "e.g. sqlite:///mlflow.db, or fix the permissions.",
+            )
+        stage = _internals.sqlite_experiment_stage(path, experiment_name) if path.exists() else None
+    elif tracking.uri.startswith(("http://", "https://")):
+        stage = _server_experiment_stage(tracking.uri, experiment_name)
+    else:
+        return
+    if stage == "deleted":
+        raise ExperimentError(
+            f"The MLflow experiment {experiment_name!r} in {tracking.uri} was deleted (in the UI or with "
+            "`mlflow experiments delete`); MLflow keeps its name, so the sweep could record nothing into it.",
+            fix="Restore it (`mlflow experiments restore --experiment-id ID`, or the UI), or remove it for "
+            f"good (`mlflow gc --backend-store-uri {tracking.uri}`), or give the experiment another name.",
+        )
+
+
+def _sqlite_unwritable(path: Path) -> str | None:
+    """Why a sqlite store at ``path`` cannot be written, or None. Tried, not asked: root
+    passes every permission check (os.access), and a folder like /proc takes no files."""
+    import tempfile
+
+    if path.exists():
+        try:
+            with path.open("r+b"):
+                pass
+        except OSError as exc:
+            return f"{path} is not writable ({exc.strerror or exc})"
+        folder = path.parent
+    else:
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            return f"{folder} is not a folder"
+    try:  # sqlite writes its journal beside the file; a new store is created there
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tunetrain-write-check-"):
+            pass
+    except OSError as exc:
+        return f"no file can be created in {folder} ({exc.strerror or exc})"
+    return None
+
+
+def _server_experiment_stage(uri: str, name: str) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    try:
+        experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    except Exception:  # the server's answer is left to the recorder, which says it
+        return None
+    return experiment.lifecycle_stage if experiment is not None else None
