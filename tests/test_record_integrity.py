@@ -158,3 +158,122 @@ def test_a_store_that_cannot_be_written_is_refused_before_ray_starts(
     status, out = run_cli("sweep", str(path), "--tracking-uri", f"sqlite:///{where}")
     assert status == 2, out
     assert "cannot be written" in out and "--tracking-uri" in out, out
+
+
+# -- the journal ----------------------------------------------------------------------
+
+
+def _journal_with(tmp_path: Path, tail: bytes) -> Path:
+    path = tmp_path / "tracking_journal.jsonl"
+    journal = Journal(path)
+    journal.write({"journal": 1, "experiment_name": "e"})
+    journal.write({"seq": 1, "op": "tags", "trial": None, "tags": {}})
+    journal.close()
+    with path.open("ab") as f:
+        f.write(tail)
+    return path
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b'{"seq": 2, "op": "ta', '{"seq": 2, "op": "tags", "note": "caf\u00e9'.encode()[:-1], b"[1, 2]\n", b"null\n"],
+    ids=["torn-json", "torn-utf8", "foreign-array", "foreign-null"],
+)
+def test_a_torn_or_foreign_journal_line_is_skipped_and_never_swallows_the_next_record(
+    tmp_path: Path, tail: bytes
+) -> None:
+    path = _journal_with(tmp_path, tail)
+    journal = Journal(path)  # the next session appends its first record
+    journal.write({"seq": 3, "op": "resume_sweep", "tags": {}})
+    journal.close()
+    state = Journal.read(path)
+    assert [entry["seq"] for entry in state.entries] == [1, 3]  # the resume marker is whole
+    assert state.skipped == [3]
+    assert state.header["experiment_name"] == "e"
+
+
+def test_the_recorder_says_which_journal_lines_it_skipped(tmp_path: Path, store_template: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(store_template.read_bytes())
+    _journal_with(tmp_path, b"\xff\xfe garbage")
+    (tmp_path / "tracking_journal.jsonl").rename(tmp_path / "journal.jsonl")
+    recorder, errors = _recorder(tmp_path, store)
+    recorder.close()
+    assert "line(s) 3; skipped" in errors.getvalue()
+
+
+def test_a_second_process_writing_a_journal_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tunetrain.tracking.journal import JournalBusy
+
+    path = tmp_path / "tracking_journal.jsonl"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from tunetrain.tracking import Journal; "
+            f"j = Journal(Path({str(path)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(JournalBusy, match=rf"pid {holder.pid}"):
+            Journal(path)
+        with pytest.raises(JournalBusy, match=rf"pid {holder.pid}"):
+            Journal.check_free(path)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    Journal(path).close()  # free once the holder ended
+    Journal.check_free(path)
+
+
+# -- names ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["..", "../../x", "a/b", ".hidden", "trailing ", "x" * 129])
+def test_a_sweep_name_that_is_not_one_folder_name_is_refused_before_anything_starts(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    path = write_experiment(workdir, QUICK)
+    (workdir / "train").mkdir()  # what `--name ..` removed at the sweep's end
+    _no_ray_started(monkeypatch)
+    status, out = run_cli("sweep", str(path), "--name", name)
+    assert status == 2, out
+    assert "--name" in out and "one folder name" in out, out
+    assert (workdir / "train").is_dir()
+    assert not (workdir / "tunetrain_results").exists() and not (workdir.parent / "x").exists()
+    for verb in ("resume", "sync"):
+        status, out = run_cli(verb, name)
+        assert status == 2 and "one folder name" in out, out
+
+
+def test_an_experiment_name_that_is_not_one_folder_name_is_refused() -> None:
+    from tests.conftest import make_experiment
+    from tunetrain.errors import ExperimentError
+
+    with pytest.raises(ExperimentError, match=r"Experiment\.name names its sweeps' folders"):
+        make_experiment(name="team/model")
+    assert make_experiment(name="my model 2").name == "my model 2"
+
+
+def test_printed_commands_are_quoted_with_an_absolute_local_storage(tmp_path: Path) -> None:
+    import shlex
+
+    from tunetrain.records import sweep_command
+
+    command = sweep_command("resume", "my sweep", "tunetrain_results")
+    assert shlex.split(command) == [
+        "tunetrain",
+        "resume",
+        "my sweep",
+        "--storage",
+        str(Path.cwd() / "tunetrain_results"),
+    ]
+    assert sweep_command("sync", "s", "s3://bucket/path") == "tunetrain sync s --storage s3://bucket/path"

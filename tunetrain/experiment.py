@@ -23,6 +23,7 @@ from ray import cloudpickle  # Ray pickles with its own vendored copy
 
 from tunetrain._space import baseline_point, is_distribution, is_grid, iter_leaves, merge
 from tunetrain.errors import ExperimentError
+from tunetrain.records import name_problem
 
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
@@ -292,10 +293,10 @@ class Experiment:
         return self.runner in ("in_process", "worker_group")
 
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
+        if (problem := name_problem(self.name)) is not None:  # it names the sweeps' folders
             raise ExperimentError(
-                f"Experiment.name must be a non-empty string, but got {self.name!r}.",
-                fix='Give the experiment a name, e.g. Experiment(name="my_experiment", ...).',
+                f"Experiment.name names its sweeps' folders: {problem}.",
+                fix='Give the experiment such a name, e.g. Experiment(name="my_experiment", ...).',
             )
         if not callable(self.train_loop):
             raise ExperimentError(

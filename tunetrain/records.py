@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,6 +75,22 @@ class TrialRecord:
         if order == "min":
             return min(scored, key=lambda c: (c["score"], -c["step"]))
         return max(scored, key=lambda c: (c["score"], c["step"]))
+
+
+# A sweep's name is its folder under the storage (and part of every printed command): one
+# path component, from a character set every filesystem and object store takes.
+NAME_RULE = (
+    "one folder name of letters, digits, '_', '-', '.' and spaces, starting with a letter, digit or '_', "
+    "at most 128 characters"
+)
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_. -]{0,127}")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a sweep (or the experiment its sweeps are named after), or None."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name.endswith((" ", ".")):
+        return f"a name must be {NAME_RULE} (not ending in a space or '.'), but got {name!r}"
+    return None
 
 
 def sweep_command(verb: str, sweep_name: str, storage: str) -> str:

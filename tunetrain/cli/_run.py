@@ -337,7 +337,7 @@ def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
             f"No tracking journal for sweep {args.sweep!r} at {str(path)!r}.",
             fix="Pass the sweep's name and the --storage it ran with.",
         )
-    header = tracking.Journal.read(path).header
+    header = tracking.Journal.header_of(path)
     recorder = tracking.SweepRecorder(
         tracking_uri=header["tracking_uri"],
         experiment_name=header["experiment_name"],

@@ -27,6 +27,7 @@ from tunetrain.budget import Budget
 from tunetrain.engine.policy import budget_gate
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
+from tunetrain.records import name_problem
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import draw_root_seed
 from tunetrain.tracking import JOURNAL_NAME, schema
@@ -167,6 +168,11 @@ def plan_sweep(
         evaluated=list(warm_points),
     )
     name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if (problem := name_problem(name)) is not None:  # the sweep's folder under the storage, in every command
+        raise ExperimentError(
+            f"The sweep name (--name, or name= in Python) is its folder under the storage: {problem}.",
+            fix="Pass such a name, e.g. --name my_sweep_2 (no '/', no '..').",
+        )
     return SweepPlan(
         experiment=experiment.replace(searcher=searcher, seed=root_seed),
         sweep_name=name,

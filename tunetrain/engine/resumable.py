@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetrain.errors import ExperimentError
+from tunetrain.records import name_problem
 from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState, schema
 
 
@@ -56,6 +57,13 @@ def _normal(value: Any) -> str:
 
 
 def journal_path(storage: str, name: str) -> Path:
+    """The journal of sweep ``name`` under ``storage``; a name that is not one folder name
+    (``..``, ``a/b``) is refused: it would read or write outside the storage."""
+    if (problem := name_problem(name)) is not None:
+        raise ExperimentError(
+            f"The sweep name is its folder under the storage: {problem}.",
+            fix="Pass the sweep's name as `tunetrain list` or the sweep's summary shows it.",
+        )
     return Path(storage) / name / JOURNAL_NAME
 
 
@@ -63,7 +71,7 @@ def latest_sweep(storage: str, experiment_name: str) -> str | None:
     """The newest sweep of ``experiment_name`` under ``storage`` (by its journal's age)."""
     journals = sorted(Path(storage).glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in journals:
-        if Journal.read(path).header.get("experiment_name") == experiment_name:
+        if Journal.header_of(path).get("experiment_name") == experiment_name:
             return path.parent.name
     return None
 
@@ -78,6 +86,7 @@ def load(storage: str, name: str) -> Resumable:
             f"sweeps there: {', '.join(known) or '(none)'}.",
             fix="Pass the sweep's name (--name, or `tunetrain resume NAME`) and the --storage it ran with.",
         )
+    Journal.check_free(path)  # a sweep, resume or sync writing it now: refused before anything starts
     state = Journal.read(path)
     start = next((entry for entry in state.entries if entry["op"] == "start_sweep"), None)
     if start is None or not (path.parent / "tuner.pkl").exists():

@@ -8,7 +8,9 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from tunetrain.errors import ExperimentError
 
 JOURNAL_NAME = "tracking_journal.jsonl"
 
@@ -32,6 +34,16 @@ class Journal:
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
+        try:
+            _hold(self._file, path)
+        except BaseException:
+            self._file.close()
+            raise
+        # A line torn by a crash or a full disk mid-write would swallow the next record
+        # (the two read as one bad line): what follows starts on a line of its own.
+        if path.stat().st_size and _last_byte(path) != b"\n":
+            self._file.write("\n")
+            self._file.flush()
 
     def write(self, line: Mapping[str, Any], *, sync: bool = False) -> None:
         text = json.dumps(line, default=_json_default, allow_nan=True)
@@ -43,17 +55,46 @@ class Journal:
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if not self._file.closed:
+                _lock_file(self.path).unlink(missing_ok=True)
+                self._file.close()  # and the lock with it
+
+    @staticmethod
+    def check_free(path: Path) -> None:
+        """Raise :class:`JournalBusy` (naming the holder's pid) when another process writes
+        the journal at ``path`` now; before a resume starts anything."""
+        if path.exists():
+            with path.open("a", encoding="utf-8") as probe:
+                _hold(probe, path, note_pid=False)  # released as the probe closes
+
+    @staticmethod
+    def header_of(path: Path) -> dict[str, Any]:
+        """The journal's header (its first record) without reading the rest."""
+        with path.open("rb") as f:
+            for raw in f:
+                try:
+                    line = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    continue
+                return line if isinstance(line, dict) and "journal" in line else {}
+        return {}
 
     @staticmethod
     def read(path: Path) -> JournalState:
-        """Everything a journal holds (a torn last line, from a crash mid-write, is skipped)."""
+        """Everything a journal holds. A line that is not one whole JSON object (torn by a
+        crash or a full disk mid-write, cut inside a UTF-8 character, or written by
+        something else) is skipped and listed in ``skipped``: never fatal."""
         state = JournalState()
-        with path.open(encoding="utf-8") as f:
-            for text in f:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
                 try:
-                    line = json.loads(text)
-                except json.JSONDecodeError:
+                    line = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    line = None
+                if not isinstance(line, dict):
+                    state.skipped.append(number)
                     continue
                 if "journal" in line:
                     state.header = line
@@ -64,9 +105,47 @@ class Journal:
                         state.parent_run_id, state.experiment_id = line["run_id"], line.get("experiment_id")
                     else:
                         state.run_ids[line["run"]] = line["run_id"]
-                elif "seq" in line:
+                elif "seq" in line and "op" in line:
                     state.entries.append(line)
+                else:
+                    state.skipped.append(number)
         return state
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+def _lock_file(path: Path) -> Path:
+    return path.with_name(path.name + ".pid")
+
+
+def _hold(file: IO[str], path: Path, *, note_pid: bool = True) -> None:
+    """One writer per journal: an exclusive lock on the open file (the OS releases it when
+    the process ends, killed or not), and the holder's pid beside it to name in the refusal.
+    Two writers would interleave lines and sequence numbers, and records would double."""
+    import fcntl
+
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = _lock_file(path).read_text().strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        raise JournalBusy(
+            f"The tracking journal {path} is being written by another process (pid {holder}): a sweep, its "
+            "resume or `tunetrain sync` runs on it now.",
+            fix="Wait until it ends (or stop it), then run this again; one process at a time writes a journal.",
+        ) from None
+    if note_pid:
+        _lock_file(path).write_text(str(os.getpid()))
+
+
+class JournalBusy(ExperimentError):
+    """Another process holds the journal."""
 
 
 @dataclasses.dataclass
@@ -77,6 +156,7 @@ class JournalState:
     parent_run_id: str | None = None
     experiment_id: str | None = None
     run_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    skipped: list[int] = dataclasses.field(default_factory=list)  # line numbers that were not records
 
     @property
     def unsent(self) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
-from tunetrain.tracking.journal import Journal, JournalState
+from tunetrain.tracking.journal import Journal
 
 
 class SweepRecorder(_StoreWrites):
@@ -81,8 +81,13 @@ class SweepRecorder(_StoreWrites):
         self._journal: Journal | None = None
         if journal is not None:
             path = Path(journal)
-            state = Journal.read(path) if path.exists() else JournalState()
-            self._journal = Journal(path)
+            self._journal = Journal(path)  # refused while another process writes it
+            state = Journal.read(path)
+            if state.skipped:
+                self._say(
+                    f"tunetrain: {len(state.skipped)} line(s) of {path} are not records (torn by a crash or a full "
+                    f"disk, or written by something else): line(s) {', '.join(map(str, state.skipped[:10]))}; skipped."
+                )
             if not state.header:
                 self._journal.write(
                     {
