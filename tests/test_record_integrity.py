@@ -277,3 +277,54 @@ def test_printed_commands_are_quoted_with_an_absolute_local_storage(tmp_path: Pa
         str(Path.cwd() / "tunetrain_results"),
     ]
     assert sweep_command("sync", "s", "s3://bucket/path") == "tunetrain sync s --storage s3://bucket/path"
+
+
+# -- code from the store ----------------------------------------------------------------
+
+CHECKPOINTED = """
+import json
+import os
+import tempfile
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"x": config["x"]}, f)
+        ray.train.report({"loss": config["x"]}, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+experiment = Experiment(
+    name="quick", train_loop=loop, metric="loss", mode="min",
+    space={"x": tune.uniform(0.0, 1.0)},
+    scheduler="fifo", searcher="random", num_samples=2, stop=StopRule(max_iterations=1), seed=1,
+)
+"""
+TAMPERED = "\nimport pathlib\npathlib.Path(__file__).with_name('ran-{}').touch()\n"
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_recorded_experiment_file_that_changed_is_not_imported(workdir: Path) -> None:
+    path = write_experiment(workdir, CHECKPOINTED)
+    status, out = run_cli("sweep", str(path), "--no-report", "--no-register", "--name", "s")
+    assert status == 0, out
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    trial = next(r for r in _runs(uri, "quick") if r.data.tags.get("tunetrain.role") != "sweep")
+    # The file the tags name, changed on disk; the copy the sweep logged, changed in the store.
+    path.write_text(CHECKPOINTED + TAMPERED.format("local"))
+    logged = [p for p in workdir.rglob("exp.py") if p != path]
+    assert logged, "the sweep logged its experiment file"
+    for copy in logged:
+        copy.write_text(CHECKPOINTED + TAMPERED.format("store"))
+    for argv in (("register", "s"), ("confirm", "s", "--top-k", "1", "--seeds", "1"), ("replay", trial.info.run_id)):
+        status, out = run_cli(*argv)
+        assert status == 2, (argv, out)
+        assert "is not the one the sweep ran" in out and "--trust-changed-file" in out, out
+    assert list(workdir.rglob("ran-*")) == []  # none of the changed code ran
+    status, out = run_cli("register", "s", "--trust-changed-file")
+    assert status == 0, out
+    assert (workdir / "ran-local").exists()

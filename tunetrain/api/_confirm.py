@@ -44,12 +44,15 @@ def confirm(
     report: bool = True,
     stream: TextIO | None = None,
     command: list[str] | None = None,
+    trust_changed_file: bool = False,
 ) -> ConfirmResult:
     """Run the ``top_k`` best configurations of ``sweep`` (name or parent run id; default the
     newest) again, ``seeds`` times each with new seeds, FIFO (no early stopping), as a new
     sweep (``name``, default ``<sweep>-confirm``) of the experiment (default: the file the
     sweep recorded); tag both sweeps with the link and print the configurations ranked by
-    their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded)."""
+    their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded). The
+    recorded file is imported only with the content the sweep recorded, unless
+    ``trust_changed_file``."""
     from tunetrain.analysis import load_sweep, nested_config
     from tunetrain.api._sweep import recorded_experiment
     from tunetrain.api._sweep import sweep as run_sweep
@@ -70,7 +73,12 @@ def confirm(
         )
     top = original.best(top_k)
     recorded = original.tags.get(schema.EXPERIMENT_FILE_TAG, "")
-    exp = recorded_experiment(experiment, recorded)
+    exp = recorded_experiment(
+        experiment,
+        recorded,
+        sha256=original.tags.get(schema.EXPERIMENT_SHA256_TAG),
+        trust_changed_file=trust_changed_file,
+    )
     if exp is None:
         raise ExperimentError(
             f"The sweep's experiment file {recorded!r} is not here, and confirming runs it again.",

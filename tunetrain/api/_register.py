@@ -37,13 +37,16 @@ def register(
     name: str | None = None,
     tracking_uri: str | None = None,
     experiment: Experiment | str | os.PathLike[str] | None = None,
+    trust_changed_file: bool = False,
 ) -> Registered:
     """Register the best kept checkpoint of sweep ``sweep``'s best trial (or of ``trial``, a
     trial name or run id) as a new version of registered model ``name`` (default: the
     experiment's name). ``experiment`` (default: the file the sweep recorded) gives
     ``export_model``: with it the version is an ``mlflow.pytorch`` model that
     ``mlflow.pyfunc.load_model("models:/NAME/VERSION")`` loads and runs; without it the
-    checkpoint folder is logged on the trial's run and registered as it is, with a note."""
+    checkpoint folder is logged on the trial's run and registered as it is, with a note.
+    The recorded file is imported only with the content the sweep recorded, unless
+    ``trust_changed_file``."""
     from tunetrain.analysis import load_sweep, nested_config
     from tunetrain.tracking import register_version, schema
 
@@ -74,7 +77,12 @@ def register(
         )
     run = next(r for r in found.runs if r.run_id == row["run_id"])
     config = nested_config(run.params)
-    exp = recorded_experiment(experiment, found.tags.get(schema.EXPERIMENT_FILE_TAG, ""))  # None: no export
+    exp = recorded_experiment(  # None: no export
+        experiment,
+        found.tags.get(schema.EXPERIMENT_FILE_TAG, ""),
+        sha256=found.tags.get(schema.EXPERIMENT_SHA256_TAG),
+        trust_changed_file=trust_changed_file,
+    )
     metric = found.metric
     tags = {
         schema.VERSION_SWEEP_TAG: found.name,

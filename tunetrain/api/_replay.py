@@ -39,10 +39,13 @@ def replay(
     address: str | None = None,
     stream: TextIO | None = None,
     command: list[str] | None = None,
+    trust_changed_file: bool = False,
 ) -> ReplayResult:
     """Run the trial of MLflow run ``run_id`` again from its record (config, seed, workers,
     the experiment file its sweep ran), record it as a new run linked to the original, and
-    compare the metric histories over ``steps`` steps (default: as many as it recorded)."""
+    compare the metric histories over ``steps`` steps (default: as many as it recorded). The
+    downloaded experiment file is imported only with the sha256 its sweep recorded, unless
+    ``trust_changed_file``."""
     from tunetrain import tracking
     from tunetrain.api import replay_compare as replaying
     from tunetrain.tracking import schema
@@ -53,7 +56,9 @@ def replay(
     uri = found.uri
     store = tracking.SweepStore(uri)
     with tempfile.TemporaryDirectory(prefix="tunetrain-replay-") as folder:
-        spec = replaying.prepare_replay(store, run_id, steps=steps, folder=Path(folder))
+        spec = replaying.prepare_replay(
+            store, run_id, steps=steps, folder=Path(folder), trust_changed_file=trust_changed_file
+        )
         print(replaying.describe(spec), file=out, flush=True)
         name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         result = execute(

@@ -14,7 +14,7 @@ from tunetrain import _space, records
 from tunetrain.api._execute import DEFAULT_STORAGE, execute
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
-from tunetrain.experiment import Experiment, load_experiment
+from tunetrain.experiment import Experiment, file_sha256, load_experiment
 
 # Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
 # as sweep() names them.
@@ -268,16 +268,43 @@ def _experiment_path(path: str, cwd: str) -> str:
     return path
 
 
-def recorded_experiment(given: Experiment | str | os.PathLike[str] | None, recorded: str) -> Experiment | None:
+def recorded_experiment(
+    given: Experiment | str | os.PathLike[str] | None,
+    recorded: str,
+    *,
+    sha256: str | None,
+    trust_changed_file: bool = False,
+) -> Experiment | None:
     """The experiment a command about a recorded sweep uses: ``given`` (an Experiment or a
-    file), else the file the sweep recorded; None when no file is given and the recorded one
-    is not here."""
+    file the user named), else the file the sweep recorded, imported only when its content
+    is the one the sweep recorded (``sha256``: see :func:`check_recorded_file`); None when
+    no file is given and the recorded one is not here."""
     if isinstance(given, Experiment):
         return given
     path = os.fspath(given) if given is not None else recorded
     if not path or (given is None and not os.path.isfile(path)):
         return None
+    if given is None:
+        check_recorded_file(path, sha256, trust_changed_file=trust_changed_file)
     return load_experiment(path)
+
+
+def check_recorded_file(path: str | os.PathLike[str], sha256: str | None, *, trust_changed_file: bool) -> None:
+    """Before a file a tracking record names (or holds) is imported, which runs its code:
+    its sha256 must be the one the sweep recorded (``tunetrain.experiment_sha256``). Anyone
+    who can write to a shared tracking server can change a tag or an artifact; a changed
+    file is refused unless ``trust_changed_file`` (``--trust-changed-file``)."""
+    if trust_changed_file:
+        return
+    actual = file_sha256(os.fspath(path))
+    if sha256 != actual:
+        recorded = f"sha256 {sha256[:12]}..." if sha256 else "no sha256"
+        raise ExperimentError(
+            f"The experiment file {os.fspath(path)!r} is not the one the sweep ran: its sha256 is {actual[:12]}..., "
+            f"the sweep recorded {recorded}. Importing it would run code nobody checked.",
+            fix="Check the file (or pass the one you mean with --experiment-file), or pass --trust-changed-file "
+            "(trust_changed_file=True) to import it anyway.",
+        )
 
 
 def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | None) -> list[str]:

@@ -63,9 +63,13 @@ class MetricComparison:
         return self.first_step is None and self.original_points == self.replayed_points
 
 
-def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder: Path) -> ReplaySpec:
+def prepare_replay(
+    store: SweepStore, run_id: str, *, steps: int | None, folder: Path, trust_changed_file: bool = False
+) -> ReplaySpec:
     """Read the trial's record and build its one-trial experiment (the experiment file is
-    downloaded into ``folder``)."""
+    downloaded into ``folder``, and imported only with the sha256 the sweep recorded)."""
+    from tunetrain.api._sweep import check_recorded_file
+
     run = store.run(run_id)
     parent_id = run.tags.get(schema.PARENT_TAG)
     if parent_id is None or schema.SEED_TAG not in run.params:
@@ -81,6 +85,7 @@ def prepare_replay(store: SweepStore, run_id: str, *, steps: int | None, folder:
             fix="Replay trials of sweeps run with `tunetrain sweep FILE`.",
         )
     local = store.download_artifact(parent.run_id, Path(source).name, folder)
+    check_recorded_file(local, parent.tags.get(schema.EXPERIMENT_SHA256_TAG), trust_changed_file=trust_changed_file)
     experiment = load_experiment(local)
     recorded = int(run.tags.get(schema.ITERATIONS_TAG, 0))
     note = ""

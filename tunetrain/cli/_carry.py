@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from tunetrain.cli._common import EXIT_OK
+from tunetrain.cli._common import EXIT_OK, TRUST_CHANGED_HELP
 
 
 def register_parser(subparsers: Any) -> None:
@@ -24,6 +24,7 @@ def register_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--experiment-file", help="the experiment file whose export_model to use (default: the one the sweep recorded)"
     )
+    parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
     parser.set_defaults(command=register_command)
 
 
@@ -31,7 +32,12 @@ def register_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -
     from tunetrain.api import register
 
     registered = register(
-        args.sweep, trial=args.trial, name=args.name, tracking_uri=args.tracking_uri, experiment=args.experiment_file
+        args.sweep,
+        trial=args.trial,
+        name=args.name,
+        tracking_uri=args.tracking_uri,
+        experiment=args.experiment_file,
+        trust_changed_file=args.trust_changed_file,
     )
     print(registered.line(), file=stream)
     return EXIT_OK
@@ -55,6 +61,7 @@ def confirm_parser(subparsers: Any) -> None:
     parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
     parser.add_argument("--experiment-file", help="the experiment file (default: the one the sweep recorded)")
     parser.add_argument("--no-report", action="store_true", help="no HTML report of the confirming sweep")
+    parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
     parser.set_defaults(command=confirm_command)
 
 
@@ -75,5 +82,6 @@ def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) ->
         report=not args.no_report,
         stream=stream,
         command=_command(args),
+        trust_changed_file=args.trust_changed_file,
     )
     return result.sweep.exit_status

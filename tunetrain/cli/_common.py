@@ -44,3 +44,8 @@ def _print_frame(frame: Any, stream: TextIO) -> None:
 
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
         print(frame.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep="-"), file=stream)
+
+
+TRUST_CHANGED_HELP = (
+    "import the experiment file the sweep recorded even when its content (sha256) is no longer the one it ran"
+)

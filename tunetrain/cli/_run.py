@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from tunetrain.cli._common import DEFAULT_STORAGE, EXIT_ALL_FAILED, EXIT_OK, _command
+from tunetrain.cli._common import DEFAULT_STORAGE, EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
 from tunetrain.errors import ExperimentError
 
 _SWEEP_EXAMPLES = """examples:
@@ -222,6 +222,7 @@ def replay_parser(subparsers: Any) -> None:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the replay's checkpoints go")
     parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
+    parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
     parser.set_defaults(command=replay_command)
 
 
@@ -236,6 +237,7 @@ def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
         address=args.address,
         stream=stream,
         command=_command(args),
+        trust_changed_file=args.trust_changed_file,
     )
     if replayed.run_id is None:  # it did not run to the end
         return replayed.sweep.exit_status or EXIT_ALL_FAILED
