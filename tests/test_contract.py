@@ -285,6 +285,8 @@ def test_two_objectives_record_and_print_the_pareto_front(workdir: Path) -> None
     tagged = {r.info.run_id for r in children if r.data.tags.get("tunetrain.pareto") == "true"}
     assert tagged == front
     assert set(parent.data.tags["tunetrain.pareto_run_ids"].split(",")) == front
+    # The sweep's other end-of-sweep tags are kept beside the front's (they were replaced).
+    assert {"tunetrain.checkpoints_kept", "tunetrain.checkpoint_bytes"} <= set(parent.data.tags)
     assert f"Pareto-optimal trials ({len(front)}) on error (min), size (min)" in out
     # The analysis API knows both objectives and the front; the report drew it.
     sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")

@@ -352,7 +352,9 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
 
 
 @pytest.mark.own_ray  # the sweep runs in a subprocess with its own Ray
-@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+@pytest.mark.parametrize(
+    "sent", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl_c", "sigterm", "sighup-terminal-closed"]
+)
 def test_ctrl_c_before_any_trial_ended_exits_1_and_leaves_nothing_running(workdir: Path, sent: int) -> None:
     # Steps of 2 s: once a trial has reported its first step, none can end for 14 s.
     slow = RESUMED.replace("time.sleep(0.2)", "time.sleep(2)")
@@ -362,6 +364,7 @@ def test_ctrl_c_before_any_trial_ended_exits_1_and_leaves_nothing_running(workdi
     # No trial completed: exit 1, and the summary still says what happened and how to go on.
     assert process.returncode == 1, out
     assert "interrupted" in out and "tunetrain resume s1" in out, out
+    assert "KeyError" not in out, out  # the report of a sweep with no result says so, it does not crash
     client, runs = child_runs(f"sqlite:///{workdir / 'mlflow.db'}", "resumed")
     assert runs and all(r.data.tags["tunetrain.status"] == "interrupted" for r in runs)
     assert all(r.info.status == "KILLED" for r in runs)

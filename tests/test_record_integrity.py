@@ -328,3 +328,38 @@ def test_a_recorded_experiment_file_that_changed_is_not_imported(workdir: Path) 
     status, out = run_cli("register", "s", "--trust-changed-file")
     assert status == 0, out
     assert (workdir / "ran-local").exists()
+
+
+def test_swapped_bounds_are_refused_by_a_dry_run(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_experiment(workdir, QUICK.replace("tune.uniform(0.0, 1.0)", "tune.loguniform(1e-1, 1e-4)"))
+    _no_ray_started(monkeypatch)
+    status, out = run_cli("sweep", str(path), "--dry-run")
+    assert status == 2, out
+    assert "'x'" in out and "lower bound 0.1 is not below its upper bound 0.0001" in out, out
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--dry-run"], ["--estimate"], ["--budget", "1h"], ["--resume"], ["--no-register"], ["--yes"]],
+    ids=lambda flags: flags[0],
+)
+def test_smoke_refuses_the_flags_it_cannot_honour(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    path = write_experiment(workdir, QUICK)
+    _no_ray_started(monkeypatch)
+    status, out = run_cli("sweep", str(path), "--smoke", *flags)
+    assert status == 2, out
+    assert f"{flags[0]} cannot apply" in out, out
+
+
+def test_ctrl_c_outside_a_sweep_does_not_say_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetrain.cli import _inspect
+
+    def interrupted(*args: object, **kwargs: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_inspect, "list_command", interrupted)
+    status, out = run_cli("list")
+    assert status == 130
+    assert "interrupted; exiting now." in out and "again" not in out

@@ -36,6 +36,15 @@ def _is_domain(value: Any) -> bool:
     return isinstance(value, Domain)
 
 
+def bounds_problem(value: Any) -> str | None:
+    """Why a numeric distribution's bounds are wrong (lower not below upper), or None: Ray Tune
+    takes them at once (tune.loguniform(1e-1, 1e-4)) and the searcher fails after Ray started."""
+    lower, upper = getattr(value, "lower", None), getattr(value, "upper", None)
+    if not _is_domain(value) or not isinstance(lower, int | float) or not isinstance(upper, int | float):
+        return None
+    return f"its lower bound {lower!r} is not below its upper bound {upper!r}" if lower >= upper else None
+
+
 def iter_leaves(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Yield (dotted key, value) for every leaf; nested dicts are walked, grid searches are leaves."""
     for key, value in mapping.items():

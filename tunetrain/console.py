@@ -11,6 +11,7 @@ from typing import TextIO
 
 from tunetrain._space import flatten
 from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
+from tunetrain.redaction import redact
 
 _ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
@@ -160,7 +161,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
             f"Checkpoints: {outcome.checkpoints_kept} kept, {outcome.checkpoint_bytes / 2**20:.1f} MiB "
             f"under {outcome.storage_path}"
         )
-    lines.append(f"MLflow: tracking URI {outcome.tracking_uri}")
+    lines.append(f"MLflow: tracking URI {redact(outcome.tracking_uri)}")
     if outcome.experiment_id is not None:
         lines.append(f"  experiment id {outcome.experiment_id}, sweep (parent) run id {outcome.parent_run_id}")
     lines.append(f"  open the UI: {ui_command}")

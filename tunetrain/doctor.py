@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import ray
 
 from tunetrain import provenance
+from tunetrain.redaction import redact
 
 
 @dataclasses.dataclass
@@ -202,7 +203,9 @@ def run(
         checks += more
     problem = tracking.check_store(tracking_uri)
     checks.append(
-        Check("tracking", problem is None, problem or f"{tracking_uri} answers and takes runs", fix=_TRACKING_FIX)
+        Check(
+            "tracking", problem is None, problem or f"{redact(tracking_uri)} answers and takes runs", fix=_TRACKING_FIX
+        )
     )
     for line in node_lines:
         print(line, file=stream)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ray import cloudpickle  # Ray pickles with its own vendored copy
 
-from tunetrain._space import baseline_point, is_distribution, is_grid, iter_leaves, merge
+from tunetrain._space import baseline_point, bounds_problem, is_distribution, is_grid, iter_leaves, merge
 from tunetrain.errors import ExperimentError
 from tunetrain.records import name_problem
 
@@ -402,6 +402,8 @@ class Experiment:
                     f"but got {value!r} of type {type(value).__name__}.",
                     fix=f"Wrap it, e.g. {key!r}: tune.choice([...]), or move it to defaults.",
                 )
+            if (problem := bounds_problem(value)) is not None:
+                raise ExperimentError(f"Search-space value {key!r}: {problem}.", fix="Give the lower bound first.")
         if not isinstance(self.baseline, bool | Mapping):
             raise ExperimentError(
                 f"Experiment.baseline must be True, False or a dict of searched values, but got {self.baseline!r}.",

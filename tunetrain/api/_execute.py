@@ -14,6 +14,7 @@ from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
+from tunetrain.redaction import redact
 
 DEFAULT_STORAGE = "tunetrain_results"
 
@@ -157,7 +158,7 @@ def execute(
         status = "bad_input"
     elif outcome.record_errors:
         print(
-            f"\ntunetrain: error: the MLflow store at {outcome.tracking_uri} refused {outcome.record_errors} "
+            f"\ntunetrain: error: the MLflow store at {redact(outcome.tracking_uri)} refused {outcome.record_errors} "
             f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
             f"is kept in {plan.journal_path}: fix the cause, then write it with "
             f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
@@ -211,7 +212,7 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
     if require_estimate and smoke is None:
         raise ExperimentError(
             f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
-            f"{tracking.describe_shape(shape)}, and the store {plan.tracking_uri} has none. {unfit}".rstrip(),
+            f"{tracking.describe_shape(shape)}, and the store {redact(plan.tracking_uri)} has none. {unfit}".rstrip(),
             fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
             "--trial-runner (same --tracking-uri).",
         )

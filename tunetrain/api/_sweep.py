@@ -15,6 +15,7 @@ from tunetrain.api._execute import DEFAULT_STORAGE, execute
 from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256, load_experiment
+from tunetrain.redaction import redact, strip_credentials
 
 # Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
 # as sweep() names them.
@@ -254,7 +255,7 @@ def _request(
         "experiment": str(Path(path).resolve()),
         "fields": {key: repr(value) for key, value in fields.items() if value is not None},
         "overrides": {key: repr(value) for key, value in (overrides or {}).items()},
-        "tracking_uri": tracking_uri,
+        "tracking_uri": strip_credentials(tracking_uri) if tracking_uri else tracking_uri,
         "address": address,
         "budget": budget,
         "report": report,
@@ -332,7 +333,7 @@ def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
         except ExperimentError:
             raise ExperimentError(
                 f"--config-from {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in "
-                f"{store.tracking_uri}.",
+                f"{redact(store.tracking_uri)}.",
                 fix="Pass a sweep name from `tunetrain list` or a run id from `tunetrain show SWEEP --all-columns`, "
                 "and the store's --tracking-uri.",
             ) from not_a_sweep

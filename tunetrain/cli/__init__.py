@@ -1,7 +1,8 @@
 """``tunetrain`` / ``python -m tunetrain``: each subcommand is a parser plus a command function.
 
 ``main`` only dispatches. Commands return the exit status: 0 when any trial completed,
-1 when none did, 2 for bad input (a clear message, no traceback, nothing started).
+1 when none did, 2 for bad input (a clear message, no traceback, nothing started), 3 when
+the tracking store refused records (kept in the sweep's journal), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -53,23 +54,25 @@ def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> 
     args = build_parser().parse_args(argv)
     args.argv = argv
     out = stream or sys.stdout
-    # `kill PID` (SIGTERM) ends a command as Ctrl+C does, at any stage: a sweep stops its
-    # trials and closes its record; the handler is put back afterwards (main may be called
-    # from a longer program).
-    previous = signal.signal(signal.SIGTERM, _as_ctrl_c) if _main_thread() else None
+    # `kill PID` (SIGTERM) and a closed terminal (SIGHUP) end a command as Ctrl+C does, at
+    # any stage: a sweep stops its trials and closes its record; the handlers are put back
+    # afterwards (main may be called from a longer program).
+    previous = {sig: signal.signal(sig, _as_ctrl_c) for sig in _AS_CTRL_C} if _main_thread() else {}
     try:
         status: int = args.command(args, stream=out)
     except ExperimentError as exc:
         print(f"tunetrain: error: {exc}", file=sys.stderr if stream is None else out, flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        # A second Ctrl+C while the first one's clean-up runs: stop now. Every record is in
-        # the sweep's journal; `tunetrain resume` or `tunetrain sync` writes what is missing.
-        print("\ntunetrain: interrupted again; exiting now (tunetrain resume / sync finish the record).", file=out)
+        # Ctrl+C outside a sweep's trials, or a second one while the first one's clean-up
+        # runs: stop now. Every record is in the sweep's journal; `tunetrain resume` or
+        # `tunetrain sync` writes what is missing.
+        after = " (tunetrain resume / sync finish the record)" if getattr(args, "records", False) else ""
+        print(f"\ntunetrain: interrupted; exiting now{after}.", file=out)
         return 130
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return status
 
 
@@ -97,8 +100,11 @@ def run() -> NoReturn:
     os._exit(status)
 
 
+_AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _as_ctrl_c(signum: int, frame: Any) -> None:
-    """SIGTERM handled as SIGINT is now: by its current handler (Ray Tune's graceful stop
+    """SIGTERM and SIGHUP handled as SIGINT is now: by its current handler (Ray Tune's graceful stop
     while a sweep runs), else as a KeyboardInterrupt."""
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler) and handler is not signal.default_int_handler:

@@ -62,7 +62,7 @@ def confirm_parser(subparsers: Any) -> None:
     parser.add_argument("--experiment-file", help="the experiment file (default: the one the sweep recorded)")
     parser.add_argument("--no-report", action="store_true", help="no HTML report of the confirming sweep")
     parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
-    parser.set_defaults(command=confirm_command)
+    parser.set_defaults(command=confirm_command, records=True)
 
 
 def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:

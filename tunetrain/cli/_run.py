@@ -151,7 +151,7 @@ def sweep_parser(subparsers: Any) -> None:
         action="store_true",
         help="do not register the best trial's model in MLflow's Model Registry at the end (see tunetrain register)",
     )
-    parser.set_defaults(command=sweep_command)
+    parser.set_defaults(command=sweep_command, records=True)
 
 
 def _workers(text: str) -> int | tuple[int, int]:
@@ -177,6 +177,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     as_typed = (texts, {field: "--" + field.replace("_", "-") for field in SWEEP_FIELDS})
     where = {"tracking_uri": args.tracking_uri, "storage": args.storage, "address": args.address, "name": args.name}
     if args.smoke:
+        _refuse_with_smoke(args)
         smoked = api.smoke(
             args.file,
             steps=args.smoke_steps,
@@ -209,6 +210,30 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
     return result.exit_status
 
 
+# What --smoke (one short trial, to check the loop and time it) cannot honour: said, not dropped.
+_NOT_WITH_SMOKE = {
+    "dry_run": "--dry-run",
+    "estimate": "--estimate",
+    "budget": "--budget",
+    "config_from": "--config-from",
+    "resume": "--resume",
+    "confirm_above": "--confirm-above",
+    "yes": "--yes",
+    "no_register": "--no-register",
+}
+
+
+def _refuse_with_smoke(args: argparse.Namespace) -> None:
+    given = [flag for dest, flag in _NOT_WITH_SMOKE.items() if getattr(args, dest, None) not in (None, False)]
+    if given:
+        raise ExperimentError(
+            f"--smoke runs one short trial to check the loop and time it (it registers nothing and asks for no "
+            f"consent), so {', '.join(given)} cannot apply to it.",
+            fix="Run the smoke check on its own (tunetrain sweep FILE --smoke), then the sweep with "
+            f"{' '.join(given)} and without --smoke.",
+        )
+
+
 def replay_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay",
@@ -223,7 +248,7 @@ def replay_parser(subparsers: Any) -> None:
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the replay's checkpoints go")
     parser.add_argument("--address", help="Ray cluster to use (default: embedded)")
     parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
-    parser.set_defaults(command=replay_command)
+    parser.set_defaults(command=replay_command, records=True)
 
 
 def replay_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
@@ -255,7 +280,7 @@ def resume_parser(subparsers: Any) -> None:
     parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the sweep ran (its --storage)")
     parser.add_argument("--num-samples", type=int, help="run more trials than the sweep started with")
-    parser.set_defaults(command=resume_command)
+    parser.set_defaults(command=resume_command, records=True)
 
 
 def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
@@ -326,7 +351,7 @@ def sync_parser(subparsers: Any) -> None:
     parser.add_argument("sweep", help="the sweep's name (its folder under --storage)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help="where the sweep ran (its --storage)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the store (default 120)")
-    parser.set_defaults(command=sync_command)
+    parser.set_defaults(command=sync_command, records=True)
 
 
 def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:

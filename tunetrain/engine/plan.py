@@ -28,6 +28,7 @@ from tunetrain.engine.policy import budget_gate
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import name_problem
+from tunetrain.redaction import redact
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import draw_root_seed
 from tunetrain.tracking import JOURNAL_NAME, schema
@@ -183,7 +184,8 @@ def plan_sweep(
         address=address,
         max_concurrent=max_concurrent,
         nodes=nodes,
-        command=argv if isinstance(argv, str) else shlex.join(argv if argv is not None else sys.argv),
+        # As recorded (tunetrain.command, the journal): without credentials.
+        command=redact(argv if isinstance(argv, str) else shlex.join(argv if argv is not None else sys.argv)),
         request=request,
         trial_seeds=tuple(trial_seeds),
         initial_checkpoint=initial_checkpoint,
@@ -265,7 +267,7 @@ def describe_plan(plan: SweepPlan) -> str:
         "Budget: " + (f"{plan.budget.text} (no new trial once the next would overrun it)" if plan.budget else "none"),
         f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
         f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
-        f"MLflow: {plan.tracking_uri} (experiment {exp.name!r})",
+        f"MLflow: {redact(plan.tracking_uri)} (experiment {exp.name!r})",
         f"Trial storage: {plan.storage_path}/{plan.sweep_name}",
     ]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from tunetrain.engine.policy import BaselineTrial, SweepStopper, budget_gate, re
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
+from tunetrain.redaction import redact
 from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
 from tunetrain.trial import (
     DRIVER_RESOURCES,
@@ -172,7 +173,8 @@ def run_sweep(
         if parent_run_id is None and sweep_recorder.error_count:  # refused, not away: nothing would be recorded
             sweep_recorder.close()
             raise ExperimentError(
-                f"The MLflow store at {plan.tracking_uri} refused the sweep's parent run: {sweep_recorder.first_error}",
+                f"The MLflow store at {redact(plan.tracking_uri)} refused the sweep's parent run: "
+                f"{sweep_recorder.first_error}",
                 fix="Fix what the store says; nothing was trained.",
             )
         if exp.source_path:
@@ -365,7 +367,8 @@ def run_sweep(
         outcome.sweep_s = time.perf_counter() - started
         if sweep_recorder.unsent:
             print(
-                f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at {plan.tracking_uri}; "
+                f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at "
+                f"{redact(plan.tracking_uri)}; "
                 f"they are kept in {plan.journal_path}.\n  Write them when it is back: "
                 f"{sweep_command('sync', plan.sweep_name, plan.storage_path)}",
                 file=stream,

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TextIO
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from tunetrain.redaction import redact, strip_credentials
 from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
 from tunetrain.tracking.journal import Journal
@@ -92,7 +93,7 @@ class SweepRecorder(_StoreWrites):
                 self._journal.write(
                     {
                         "journal": 1,
-                        "tracking_uri": tracking_uri,
+                        "tracking_uri": strip_credentials(tracking_uri),
                         "experiment_name": experiment_name,
                         "artifact_location": artifact_location,
                         **(header or {}),
@@ -178,8 +179,8 @@ class SweepRecorder(_StoreWrites):
                     self._outage_since = time.monotonic()
                     self.outages += 1
                     self._say(
-                        f"tunetrain: the MLflow store at {self.tracking_uri} is unreachable "
-                        f"({_trim(f'{type(exc).__name__}: {exc}', 300)}).\n"
+                        f"tunetrain: the MLflow store at {redact(self.tracking_uri)} is unreachable "
+                        f"({_trim(redact(f'{type(exc).__name__}: {exc}'), 300)}).\n"
                         "  Training goes on; records are kept"
                         + (f" in {self.journal_path}" if self.journal_path else "")
                         + " and written when it is back."
@@ -205,9 +206,9 @@ class SweepRecorder(_StoreWrites):
     def _report_error(self, exc: BaseException) -> None:
         self.error_count += 1
         if self.first_error is None:
-            self.first_error = f"{type(exc).__name__}: {exc}"
+            self.first_error = redact(f"{type(exc).__name__}: {exc}")
             self._say(
-                f"tunetrain: MLflow tracking error at {self.tracking_uri}: {_trim(self.first_error, 500)}\n"
+                f"tunetrain: MLflow tracking error at {redact(self.tracking_uri)}: {_trim(self.first_error, 500)}\n"
                 "  Training goes on; the record is kept in the journal, further tracking errors are "
                 "counted, and the sweep ends with an error."
             )

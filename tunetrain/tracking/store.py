@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from tunetrain import _internals
 from tunetrain.errors import ExperimentError
+from tunetrain.redaction import redact
 from tunetrain.tracking._common import _quiet_mlflow_logging, _trim
 from tunetrain.tracking.schema import (
     PARENT_TAG,
@@ -76,7 +77,7 @@ def check_store(tracking_uri: str) -> str | None:
         client.log_text(run.info.run_id, "tunetrain doctor", "doctor.txt")  # the artifact store too
         client.delete_run(run.info.run_id)
     except Exception as exc:
-        return _trim(f"{tracking_uri} does not take runs: {type(exc).__name__}: {exc}", 600)
+        return _trim(redact(f"{tracking_uri} does not take runs: {type(exc).__name__}: {exc}"), 600)
     return None
 
 
@@ -183,7 +184,7 @@ class SweepStore:
         if found is None:
             names = sorted(e.name for e in self._client.search_experiments())
             raise ExperimentError(
-                f"No experiment {experiment!r} in the tracking store {self.tracking_uri}; "
+                f"No experiment {experiment!r} in the tracking store {redact(self.tracking_uri)}; "
                 f"it has: {', '.join(map(repr, names)) or '(none)'}.",
                 fix="Use one of those names, or point --tracking-uri at the store the sweep used.",
             )
@@ -211,7 +212,7 @@ class SweepStore:
             if not real:
                 smoke = f" (only smoke runs: {sweeps[0].tags.get(SWEEP_NAME_TAG)}, ...; name one)" if sweeps else ""
                 raise ExperimentError(
-                    f"No sweep recorded in the tracking store {self.tracking_uri}{smoke}.",
+                    f"No sweep recorded in the tracking store {redact(self.tracking_uri)}{smoke}.",
                     fix="Run `python -m tunetrain sweep FILE` first, or pass --tracking-uri of the store it used.",
                 )
             return real[0]
@@ -220,7 +221,7 @@ class SweepStore:
                 return run
         known = ", ".join(r.tags.get(SWEEP_NAME_TAG, r.run_id) for r in sweeps[:10])
         raise ExperimentError(
-            f"No sweep named {ref!r} (nor a sweep's parent run id) in the tracking store {self.tracking_uri}; "
+            f"No sweep named {ref!r} (nor a sweep's parent run id) in the tracking store {redact(self.tracking_uri)}; "
             f"newest sweeps: {known or '(none)'}.",
             fix="Use `tunetrain list` to see the sweeps, and pass one of their names or run ids.",
         )
@@ -242,7 +243,7 @@ class SweepStore:
             return _record(self._client.get_run(run_id))
         except Exception as exc:  # MLflow raises its own exception types per store
             raise ExperimentError(
-                f"No run {run_id!r} in the tracking store {self.tracking_uri} ({type(exc).__name__}).",
+                f"No run {run_id!r} in the tracking store {redact(self.tracking_uri)} ({type(exc).__name__}).",
                 fix="Pass a trial's run id (`tunetrain show SWEEP --all-columns` lists them) and the store's "
                 "--tracking-uri.",
             ) from None

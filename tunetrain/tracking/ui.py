@@ -10,13 +10,14 @@ import urllib.error
 import urllib.request
 
 from tunetrain.errors import ExperimentError
+from tunetrain.redaction import redact
 
 
 def ui_command(tracking_uri: str) -> str:
     """The command that opens the MLflow UI on this store."""
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {tracking_uri}"
-    return f"mlflow ui --backend-store-uri {tracking_uri}"
+    return f"mlflow ui --backend-store-uri {redact(tracking_uri)}"
 
 
 def start_ui_server(
@@ -36,12 +37,20 @@ def start_ui_server(
     """
     url = f"http://{host}:{port}"
     command = [sys.executable, "-m", "mlflow", "ui" if artifacts_destination is None else "server"]
-    command += ["--backend-store-uri", tracking_uri, "--host", host, "--port", str(port), "--workers", "1"]
+    # The store's URI reaches the server in its environment (MLflow's MLFLOW_BACKEND_STORE_URI),
+    # not its arguments: a database password in them would show in every `ps`.
+    command += ["--host", host, "--port", str(port), "--workers", "1"]
     if artifacts_destination is not None:
         command += ["--artifacts-destination", artifacts_destination]
     # Its own process group: mlflow ui runs the web server as a child process, and stopping
     # the group stops both.
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_BACKEND_STORE_URI": tracking_uri},
+    )
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -65,7 +74,7 @@ def start_ui_server(
     stop_ui_server(server)
     raise ExperimentError(
         f"The MLflow UI server did not answer on {url} within {timeout_s:.0f} s.",
-        fix="Start it by hand to see why: " + " ".join(command[1:]),
+        fix="Start it by hand to see why: " + " ".join(command[1:]) + f" --backend-store-uri {redact(tracking_uri)}",
     )
 
 

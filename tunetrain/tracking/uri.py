@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tunetrain import _internals
 from tunetrain.errors import ExperimentError
+from tunetrain.redaction import redact, split_credentials
 from tunetrain.tracking.store import default_tracking_uri
 
 ENV = "MLFLOW_TRACKING_URI"
@@ -32,7 +33,7 @@ class TrackingURI:
 
     def line(self) -> str:
         """One line that says which store and why: ``tracking sqlite:///... (from ...)``."""
-        return f"tracking {self.uri} (from {self.source})"
+        return f"tracking {redact(self.uri)} (from {self.source})"
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -56,6 +57,15 @@ def resolve_tracking_uri(given: str | None, *, flag: str = "--tracking-uri") -> 
             fix="Use sqlite:///PATH/mlflow.db, the http(s)://HOST:PORT of an MLflow server, or a database URI "
             "(postgresql://...).",
         )
+    clean, user, password = split_credentials(found.uri)
+    if clean != found.uri:
+        # A server's user and password go to MLflow's client as its own variables, so that
+        # no tag, journal, log line or printed command holds them (docs/tracking.md).
+        if user is not None:
+            os.environ["MLFLOW_TRACKING_USERNAME"] = user
+        if password is not None:
+            os.environ["MLFLOW_TRACKING_PASSWORD"] = password
+        found = TrackingURI(clean, found.source)
     return found
 
 
@@ -109,7 +119,7 @@ def check_writable(tracking: TrackingURI, experiment_name: str) -> None:
         problem = _sqlite_unwritable(path)
         if problem:
             raise ExperimentError(
-                f"The tracking store {tracking.uri} (from {tracking.source}) cannot be written: {problem}.",
+                f"The tracking store {redact(tracking.uri)} (from {tracking.source}) cannot be written: {problem}.",
                 fix="Point --tracking-uri (or MLFLOW_TRACKING_URI) at a sqlite file in a folder you can write, "
                 "e.g. sqlite:///mlflow.db, or fix the permissions.",
             )
@@ -120,10 +130,10 @@ def check_writable(tracking: TrackingURI, experiment_name: str) -> None:
         return
     if stage == "deleted":
         raise ExperimentError(
-            f"The MLflow experiment {experiment_name!r} in {tracking.uri} was deleted (in the UI or with "
+            f"The MLflow experiment {experiment_name!r} in {redact(tracking.uri)} was deleted (in the UI or with "
             "`mlflow experiments delete`); MLflow keeps its name, so the sweep could record nothing into it.",
             fix="Restore it (`mlflow experiments restore --experiment-id ID`, or the UI), or remove it for "
-            f"good (`mlflow gc --backend-store-uri {tracking.uri}`), or give the experiment another name.",
+            f"good (`mlflow gc --backend-store-uri {redact(tracking.uri)}`), or give the experiment another name.",
         )
 
 
