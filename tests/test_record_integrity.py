@@ -363,3 +363,38 @@ def test_ctrl_c_outside_a_sweep_does_not_say_again(monkeypatch: pytest.MonkeyPat
     status, out = run_cli("list")
     assert status == 130
     assert "interrupted; exiting now." in out and "again" not in out
+
+
+ALL_FAIL = QUICK.replace(
+    '    ray.train.report({"loss": config["x"]})', '    raise RuntimeError("broken before the first report")'
+)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_sweep_whose_trials_all_failed_before_reporting_can_be_shown_reported_and_listed(workdir: Path) -> None:
+    path = write_experiment(workdir, ALL_FAIL)
+    status, out = run_cli("sweep", str(path), "--name", "f")
+    assert status == 1, out
+    assert "KeyError" not in out and "Report:" in out, out
+    for argv in (("show", "f"), ("report", "f")):
+        status, out = run_cli(*argv)
+        assert status == 0 and "KeyError" not in out, (argv, out)
+    status, out = run_cli("list")
+    assert status == 0 and "all failed" in out, out
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_uri_storage_keeps_journal_logs_and_report_where_resume_and_sync_look(workdir: Path) -> None:
+    path = write_experiment(workdir, QUICK)
+    storage = f"file://{workdir / 'remote'}"
+    status, out = run_cli("sweep", str(path), "--storage", storage, "--name", "s", "--no-register")
+    assert status == 0, out
+    local = workdir / "tunetrain_journals" / "s"
+    assert (local / "tracking_journal.jsonl").is_file() and (local / "report.html").is_file()
+    assert (local / "logs").is_dir()
+    assert (workdir / "remote" / "s" / "tuner.pkl").is_file()  # Tune's state went to the storage
+    assert not (workdir / "file:").exists()
+    status, out = run_cli("sync", "s", "--storage", storage)
+    assert status == 0 and "0 of 0 unsent" in out, out
+    status, out = run_cli("resume", "s", "--storage", storage)
+    assert status == 0 and "already finished" in out, out

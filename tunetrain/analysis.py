@@ -143,7 +143,9 @@ class Sweep:
     def _best_points(self, metric: str, mode: str) -> dict[str, tuple[float, int]]:
         """Each trial's best finite value of ``metric`` over its history, and its (first) step."""
         points = self._history[self._history["metric"] == metric]
-        points = points[points["value"].map(math.isfinite)].sort_values(["run_id", "step"], kind="stable")
+        if points.empty:  # no trial reported it (every one failed first): an empty mask would pick columns
+            return {}
+        points = points[points["value"].map(math.isfinite).astype(bool)].sort_values(["run_id", "step"], kind="stable")
         if points.empty:
             return {}
         index = (
@@ -350,6 +352,15 @@ def _store(tracking_uri: str | None) -> SweepStore:
     return SweepStore(found.uri)
 
 
+def _sweep_status(run: Any) -> str:
+    """The parent run's status, and ``all failed`` for a sweep that finished with no trial
+    completed or stopped early by the scheduler (its command exited 1)."""
+    status = str(run.status).lower()
+    counts = [run.tags.get(schema.TRIALS_STATUS_PREFIX + key) for key in ("completed", "stopped_early")]
+    recorded = status == "finished" and None not in counts and int(run.tags.get(schema.TRIALS_TAG, 0)) > 0
+    return "all failed" if recorded and not any(int(value) for value in counts) else status
+
+
 def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None, smoke: bool = False) -> pd.DataFrame:
     """Every sweep in the store (of one experiment, or all), newest first: sweep, experiment,
     start_time, status, trials, metric, mode, best value, scheduler, searcher, run_id. The
@@ -366,7 +377,7 @@ def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = Non
                 "sweep": run.tags.get(schema.SWEEP_NAME_TAG, run.name),
                 "experiment": names[run.experiment_id],
                 "start_time": pd.Timestamp(run.start_time, unit="s") if run.start_time else pd.NaT,
-                "status": run.status.lower(),
+                "status": _sweep_status(run),
                 "trials": int(run.tags.get(schema.TRIALS_TAG, run.tags.get(schema.NUM_SAMPLES_TAG, 0))),
                 "metric": metric,
                 "mode": run.tags.get(schema.MODE_TAG, ""),

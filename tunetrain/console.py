@@ -6,7 +6,6 @@ import json
 import math
 import time
 from collections import Counter
-from pathlib import Path
 from typing import TextIO
 
 from tunetrain._space import flatten
@@ -106,7 +105,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     if outcome.stop_reason:
         lines.append(f"Stopped launching trials: {outcome.stop_reason}.")
     if outcome.interrupted and outcome.storage_path:
-        storage = str(Path(outcome.storage_path).parent)
+        storage = outcome.storage_path.rsplit("/", 1)[0]  # a URI keeps its "//" (Path would not)
         lines.append(f"Resume it (ended trials stay ended): {sweep_command('resume', outcome.sweep_name, storage)}")
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:

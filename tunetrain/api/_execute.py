@@ -129,7 +129,7 @@ def execute(
         file=stream,
         flush=True,
     )
-    log_dir = Path(plan.sweep_dir) / "logs"
+    log_dir = plan.local_dir / "logs"
     # While Ray starts; not for a recorder of the caller's (recording off opens no store).
     opening = tracking.open_in_background(tracking_uri) if recorder is None else None
     ray_logs = cluster.connect(address, log_dir=log_dir)
@@ -152,7 +152,7 @@ def execute(
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
     if report and outcome.parent_run_id and not outcome.bad_input:
-        end_of_sweep_report(outcome, tracking_uri, Path(plan.sweep_dir), stream)
+        end_of_sweep_report(outcome, tracking_uri, plan.local_dir, stream)
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
         status = "bad_input"

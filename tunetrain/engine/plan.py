@@ -25,6 +25,7 @@ from tunetrain.algorithms import (
 )
 from tunetrain.budget import Budget
 from tunetrain.engine.policy import budget_gate
+from tunetrain.engine.resumable import local_dir
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import name_problem
@@ -90,12 +91,16 @@ class SweepPlan:
         return f"{self.storage_path}/{self.sweep_name}"
 
     @property
+    def local_dir(self) -> Path:
+        """The driver's folder of the sweep: its journal, driver log and report. The sweep
+        folder on local storage, else ./tunetrain_journals/NAME (the driver writes them, so
+        they need a local disk), where resume and sync look for them."""
+        return local_dir(self.storage_path, self.sweep_name).absolute()
+
+    @property
     def journal_path(self) -> Path:
-        """The sweep's tracking journal: in the sweep folder on local storage, else under
-        ./tunetrain_journals (the driver writes it, so it needs a local disk)."""
-        if "://" in self.storage_path:
-            return Path("tunetrain_journals") / self.sweep_name / JOURNAL_NAME
-        return Path(self.sweep_dir) / JOURNAL_NAME
+        """The sweep's tracking journal (in :attr:`local_dir`)."""
+        return self.local_dir / JOURNAL_NAME
 
     @property
     def param_space(self) -> dict[str, Any]:

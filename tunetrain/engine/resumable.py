@@ -56,20 +56,43 @@ def _normal(value: Any) -> str:
     return json.dumps(value, default=str, sort_keys=True)
 
 
-def journal_path(storage: str, name: str) -> Path:
-    """The journal of sweep ``name`` under ``storage``; a name that is not one folder name
-    (``..``, ``a/b``) is refused: it would read or write outside the storage."""
+# Where the driver keeps a sweep's journal, logs and report when its storage is a URI
+# (s3://, gs://, file://): a local disk, relative to the folder the sweep runs in.
+URI_STORAGE_LOCAL = "tunetrain_journals"
+
+
+def local_dir(storage: str, name: str) -> Path:
+    """The driver's folder of sweep ``name`` (journal, driver log, report): the sweep's own
+    folder on local storage, ``./tunetrain_journals/NAME`` for a URI storage. A name that
+    is not one folder name (``..``, ``a/b``) is refused: it would reach outside the storage."""
     if (problem := name_problem(name)) is not None:
         raise ExperimentError(
             f"The sweep name is its folder under the storage: {problem}.",
             fix="Pass the sweep's name as `tunetrain list` or the sweep's summary shows it.",
         )
-    return Path(storage) / name / JOURNAL_NAME
+    return Path(URI_STORAGE_LOCAL if "://" in storage else storage) / name
+
+
+def journal_path(storage: str, name: str) -> Path:
+    """The journal of sweep ``name`` under ``storage`` (see :func:`local_dir`)."""
+    return local_dir(storage, name) / JOURNAL_NAME
+
+
+def stored(storage: str, name: str, file: str) -> bool:
+    """Whether the sweep's folder under ``storage`` (a path or a pyarrow filesystem URI, as
+    Ray Tune writes it) holds ``file``."""
+    if "://" not in storage:
+        return (Path(storage) / name / file).exists()
+    import pyarrow.fs
+
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(storage)
+    return filesystem.get_file_info(f"{root.rstrip('/')}/{name}/{file}").type != pyarrow.fs.FileType.NotFound
 
 
 def latest_sweep(storage: str, experiment_name: str) -> str | None:
     """The newest sweep of ``experiment_name`` under ``storage`` (by its journal's age)."""
-    journals = sorted(Path(storage).glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    where = Path(URI_STORAGE_LOCAL if "://" in storage else storage)
+    journals = sorted(where.glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in journals:
         if Journal.header_of(path).get("experiment_name") == experiment_name:
             return path.parent.name
@@ -80,7 +103,7 @@ def load(storage: str, name: str) -> Resumable:
     """The sweep ``name`` under ``storage``; an ExperimentError when there is none to resume."""
     path = journal_path(storage, name)
     if not path.exists():
-        known = sorted(p.parent.name for p in Path(storage).glob(f"*/{JOURNAL_NAME}"))
+        known = sorted(p.parent.name for p in path.parent.parent.glob(f"*/{JOURNAL_NAME}"))
         raise ExperimentError(
             f"No sweep {name!r} to resume under {str(storage)!r} (no {JOURNAL_NAME} in {str(path.parent)!r}); "
             f"sweeps there: {', '.join(known) or '(none)'}.",
@@ -89,7 +112,7 @@ def load(storage: str, name: str) -> Resumable:
     Journal.check_free(path)  # a sweep, resume or sync writing it now: refused before anything starts
     state = Journal.read(path)
     start = next((entry for entry in state.entries if entry["op"] == "start_sweep"), None)
-    if start is None or not (path.parent / "tuner.pkl").exists():
+    if start is None or not stored(storage, name, "tuner.pkl"):
         raise ExperimentError(
             f"Sweep {name!r} under {str(storage)!r} stopped before it started its first trial; "
             "there is nothing to resume.",
