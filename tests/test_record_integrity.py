@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -398,3 +399,80 @@ def test_a_uri_storage_keeps_journal_logs_and_report_where_resume_and_sync_look(
     assert status == 0 and "0 of 0 unsent" in out, out
     status, out = run_cli("resume", "s", "--storage", storage)
     assert status == 0 and "already finished" in out, out
+
+
+# -- storage full -----------------------------------------------------------------------
+
+
+@pytest.fixture()
+def small_disk(workdir: Path) -> Iterator[tuple[Path, int]]:
+    """A real filesystem that fills: a tmpfs of 40 MiB mounted under the test's folder (the
+    machine's tests run as root; CI's too)."""
+    import subprocess
+
+    mount = workdir / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount, 40 * 2**20
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+FILLS_THE_DISK = """
+import os
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(4):
+        if step == 2 and config["x"] == 1:  # the disk fills mid-sweep (another process, a checkpoint)
+            with open(os.path.join(config["disk"], "filler"), "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\\0" * 2**20)
+                except OSError:
+                    pass
+        ray.train.report({"loss": config["x"] / (step + 1)})
+
+
+experiment = Experiment(
+    name="full", train_loop=loop, metric="loss", mode="min",
+    space={"x": tune.grid_search([1, 2, 3])}, defaults={"disk": "DISK"},
+    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=4), seed=1,
+)
+"""
+
+
+def test_a_storage_without_room_is_refused_before_ray_starts(
+    small_disk: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk, _ = small_disk
+    (disk / "filler").write_bytes(b"\0" * (30 * 2**20))  # 10 MiB left
+    path = write_experiment(disk.parent, QUICK)
+    _no_ray_started(monkeypatch)
+    status, out = run_cli("sweep", str(path), "--storage", str(disk / "store"))
+    assert status == 2, out
+    assert "--storage" in out and "MiB free" in out, out
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_disk_that_fills_mid_sweep_loses_no_mlflow_record_and_fails_the_sweep(small_disk: tuple[Path, int]) -> None:
+    disk, _ = small_disk
+    path = write_experiment(disk.parent, FILLS_THE_DISK.replace("DISK", str(disk)))
+    status, out = run_cli(
+        "sweep", str(path), "--storage", str(disk / "store"), "--name", "s", "--no-register", "--max-concurrent", "1"
+    )
+    assert status == 3, out
+    assert "tracking journal could not be written" in out and "No space left on device" in out, out
+    runs = _runs(f"sqlite:///{disk.parent / 'mlflow.db'}", "full")
+    assert all(r.info.status != "RUNNING" for r in runs)
+    trials = [r for r in runs if r.data.tags.get("tunetrain.role") != "sweep"]
+    client = MlflowClient(f"sqlite:///{disk.parent / 'mlflow.db'}")
+    # Every trial's every step reached MLflow, the journal's disk full or not.
+    assert len(trials) == 3
+    for run in trials:
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == [1, 2, 3, 4]
+        assert run.data.tags["tunetrain.status"] == "completed"

@@ -195,6 +195,8 @@ class SweepOutcome:
     # how many, and the first one's error. A sweep with any does not end as a success.
     record_errors: int = 0
     record_error: str | None = None
+    # Why the sweep's journal (its local copy of the record) could not be written, if so.
+    journal_error: str | None = None
 
     @property
     def best(self) -> TrialRecord | None:

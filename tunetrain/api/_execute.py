@@ -15,6 +15,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
+from tunetrain.storage import check_storage
 
 DEFAULT_STORAGE = "tunetrain_results"
 
@@ -57,6 +58,7 @@ def execute(
     tracking_uri = store.uri
     address, address_source = cluster.resolve_address(address)
     storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
+    check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
     log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
@@ -162,6 +164,14 @@ def execute(
             f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
             f"is kept in {plan.journal_path}: fix the cause, then write it with "
             f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
+            file=stream,
+        )
+        status = "not_recorded"
+    elif outcome.journal_error:
+        print(
+            f"\ntunetrain: error: the sweep's tracking journal could not be written: {outcome.journal_error}.\n"
+            f"  Every record went on to the MLflow store at {redact(outcome.tracking_uri)}, but the sweep has no "
+            "complete local copy to resume from or to send again; free space on its disk.",
             file=stream,
         )
         status = "not_recorded"

@@ -374,4 +374,5 @@ def run_sweep(
                 file=stream,
             )
         outcome.record_errors, outcome.record_error = sweep_recorder.error_count, sweep_recorder.first_error
+        outcome.journal_error = sweep_recorder.journal_error
     return outcome

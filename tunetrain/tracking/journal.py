@@ -31,6 +31,7 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.error: str | None = None  # why the disk refused a record (then it takes no more)
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
@@ -45,19 +46,33 @@ class Journal:
             self._file.write("\n")
             self._file.flush()
 
-    def write(self, line: Mapping[str, Any], *, sync: bool = False) -> None:
+    def write(self, line: Mapping[str, Any], *, sync: bool = False) -> bool:
+        """Append one record; False once the disk refused one (full, gone read-only): the
+        journal then takes no more (a torn line is all a full disk leaves, and the next
+        session starts on a line of its own), ``error`` says why, and the caller's records
+        still go to the store."""
         text = json.dumps(line, default=_json_default, allow_nan=True)
         with self._lock:
-            self._file.write(text + "\n")
-            self._file.flush()  # in the OS once written: a killed driver loses nothing
-            if sync:  # a machine that goes down loses nothing either
-                os.fsync(self._file.fileno())
+            if self.error is not None:
+                return False
+            try:
+                self._file.write(text + "\n")
+                self._file.flush()  # in the OS once written: a killed driver loses nothing
+                if sync:  # a machine that goes down loses nothing either
+                    os.fsync(self._file.fileno())
+            except OSError as exc:
+                self.error = f"{exc.strerror or exc} ({self.path})"
+                return False
+        return True
 
     def close(self) -> None:
         with self._lock:
             if not self._file.closed:
                 _lock_file(self.path).unlink(missing_ok=True)
-                self._file.close()  # and the lock with it
+                try:
+                    self._file.close()  # and the lock with it
+                except OSError as exc:  # what was buffered met a full disk
+                    self.error = self.error or f"{exc.strerror or exc} ({self.path})"
 
     @staticmethod
     def check_free(path: Path) -> None:

@@ -80,6 +80,8 @@ class SweepRecorder(_StoreWrites):
         self._replay_until = 0  # entries up to this one are sent again (resume, sync)
         self._pending_first = 0  # the first entry whose points are pending
         self._journal: Journal | None = None
+        self._journal_said = False
+        self.journal_error: str | None = None  # why the journal's disk refused a record
         if journal is not None:
             path = Path(journal)
             self._journal = Journal(path)  # refused while another process writes it
@@ -151,7 +153,8 @@ class SweepRecorder(_StoreWrites):
         """Note in the journal that every entry so far is in the store (none pending)."""
         if self._journal is not None and not self._pending_metrics and self._applied > self._acked:
             self._acked = self._applied
-            self._journal.write({"ack": self._acked})
+            if not self._journal.write({"ack": self._acked}):
+                self._journal_refused()
 
     def _flush_timeout(self) -> float | None:
         """Seconds until pending metric points must go out (None: nothing pending)."""
@@ -203,6 +206,19 @@ class SweepRecorder(_StoreWrites):
     def _say(self, text: str) -> None:
         print(text, file=self._errors, flush=True)
 
+    def _journal_refused(self) -> None:
+        """The journal's disk refused a record: said once, counted once (the sweep does not
+        end as a success: what an outage or a crash would leave unsent has no copy)."""
+        if self._journal is None or self._journal_said:
+            return
+        self._journal_said = True
+        self.journal_error = self._journal.error
+        self._say(
+            f"tunetrain: the tracking journal could not be written: {self._journal.error}.\n"
+            "  Training goes on and records still go to the MLflow store, but without their journal copy; "
+            "the sweep ends with an error. Free space on the storage's disk."
+        )
+
     def _report_error(self, exc: BaseException) -> None:
         self.error_count += 1
         if self.first_error is None:
@@ -217,9 +233,9 @@ class SweepRecorder(_StoreWrites):
         """Journal one record (in order) and queue it for the store."""
         self._seq += 1
         entry = {"seq": self._seq, "op": op, **args}
-        if self._journal is not None:
-            self._journal.write(entry, sync=op in ("end_trial", "end_sweep"))
-        self._queue.put(entry)
+        if self._journal is not None and not self._journal.write(entry, sync=op in ("end_trial", "end_sweep")):
+            self._journal_refused()
+        self._queue.put(entry)  # to the store all the same: a full disk loses no MLflow record
 
     # -- the sweep -------------------------------------------------------------------
 
@@ -375,6 +391,8 @@ class SweepRecorder(_StoreWrites):
         self._thread.join(timeout=None if drained else 30)
         if self._journal is not None:
             self._journal.close()
+            if self._journal.error is not None:
+                self._journal_refused()
 
 
 class Recorder(Protocol):
@@ -385,6 +403,7 @@ class Recorder(Protocol):
     experiment_id: str | None
     error_count: int
     first_error: str | None
+    journal_error: str | None
 
     def start_sweep(
         self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
@@ -435,6 +454,7 @@ class NullRecorder:
     experiment_id: str | None = None
     error_count = 0
     first_error: str | None = None
+    journal_error: str | None = None
     unsent = 0
 
     def __init__(self, **options: Any) -> None:

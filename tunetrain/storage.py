@@ -1,0 +1,46 @@
+"""The sweep's storage checked before anything starts: a local folder must take files and
+have room for the sweep's journal, state and first checkpoints."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from tunetrain.errors import ExperimentError
+
+# The least free space a sweep starts with on local storage. Not a guess at what the sweep
+# needs (checkpoints differ by orders of magnitude): below it, the journal and Tune's state
+# alone may not fit, and a full disk mid-sweep ends it with an error (docs/fault_tolerance.md).
+MIN_FREE_BYTES = 32 * 2**20
+
+
+def check_storage(storage: str, *, flag: str = "--storage") -> None:
+    """Refuse (ExperimentError, naming ``flag``) a local storage that cannot be written or has
+    less than :data:`MIN_FREE_BYTES` free; a URI (s3://, file://) is left to its filesystem."""
+    if "://" in storage:
+        return
+    folder = Path(storage).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    problem = _unwritable(folder) or _too_full(folder) if folder.is_dir() else f"{folder} is not a folder"
+    if problem:
+        raise ExperimentError(
+            f"{flag} {storage!r} cannot take the sweep: {problem}.",
+            fix=f"Free space there, fix its permissions, or pass {flag} with a folder on another disk.",
+        )
+
+
+def _unwritable(folder: Path) -> str | None:
+    try:  # tried, not asked: root passes every permission check (os.access)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tunetrain-write-check-"):
+            return None
+    except OSError as exc:
+        return f"no file can be created in {folder} ({exc.strerror or exc})"
+
+
+def _too_full(folder: Path) -> str | None:
+    free = shutil.disk_usage(folder).free
+    if free >= MIN_FREE_BYTES:
+        return None
+    return f"its disk has {free / 2**20:.1f} MiB free, less than the {MIN_FREE_BYTES // 2**20} MiB a sweep starts with"
