@@ -78,3 +78,22 @@ def test_a_group_ranks_train_utilities_give_its_start_checkpoint_ranks_and_colle
     local = _GroupTrainFnUtils.__mro__[1]  # Train's local-mode utilities
     assert "barrier" in vars(_GroupTrainFnUtils) and "broadcast_from_rank_zero" in vars(_GroupTrainFnUtils)
     assert "barrier" in vars(local)  # what they override
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_groups_rendezvous_port_is_held_from_the_moment_it_is_chosen(tmp_path: Path) -> None:
+    """Rank 0's rendezvous store binds port 0 itself: the port it hands the other ranks is
+    already taken (a probe socket closed before torch binds would leave it to anyone)."""
+    import socket
+
+    import ray
+
+    from tunetrain.engine import cluster
+    from tunetrain.trial._group import _Worker
+
+    cluster.connect(None, log_dir=tmp_path)  # the session's Ray, as a sweep starts it
+    worker = _Worker.remote()  # type: ignore[attr-defined]
+    host, port = ray.get(worker.address.remote(2))
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind((host, port))
+    ray.kill(worker)

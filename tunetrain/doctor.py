@@ -217,6 +217,6 @@ def run(
 
 
 _TRACKING_FIX = (
-    "Start the tracking server (mlflow server --backend-store-uri sqlite:///mlflow.db --host 0.0.0.0) "
-    "or pass the right --tracking-uri; see docs/cluster.md."
+    "Start the tracking server (mlflow server --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1; "
+    "for other machines, protect it first: docs/cluster.md) or pass the right --tracking-uri."
 )

@@ -4,6 +4,7 @@ Ray's own output goes to log files, not to the console."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -164,7 +165,8 @@ def _route_ray_logging(path: Path) -> None:
         for old in list(logger.handlers):
             logger.removeHandler(old)
             if isinstance(old, logging.FileHandler):
-                old.close()
+                with contextlib.suppress(OSError):  # the last sweep's log, on a disk that may be full or gone
+                    old.close()
         logger.addHandler(handler)
         logger.propagate = False
 

@@ -30,7 +30,6 @@ import contextlib
 import datetime
 import gc
 import os
-import socket
 import uuid
 from typing import Any
 
@@ -193,11 +192,22 @@ def _hand_over(checkpoint: Any, folder: str) -> Any:
 class _Worker:
     """One rank of the group: a process that keeps torch's process group between trials."""
 
-    def address(self) -> tuple[str, int]:
-        """This node's IP and a free port: where rank 0 hosts the process group's rendezvous."""
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            return ray.util.get_node_ip_address(), int(probe.getsockname()[1])
+    def address(self, world_size: int) -> tuple[str, int]:
+        """Rank 0: start the process group's rendezvous store on this node and return its
+        IP and port. The store binds port 0 itself and holds it: a port found free by a
+        probe and handed on later could be taken by another process in between."""
+        import torch.distributed as dist
+
+        host = ray.util.get_node_ip_address()
+        self._store = dist.TCPStore(
+            host,
+            0,
+            world_size,
+            True,
+            timeout=datetime.timedelta(seconds=_COLLECTIVE_TIMEOUT_S),
+            wait_for_workers=False,
+        )
+        return host, int(self._store.port)
 
     def node(self) -> dict[str, Any]:
         return this_node()
@@ -219,12 +229,11 @@ class _Worker:
             import torch
 
             torch.cuda.set_device(0)  # the one GPU Ray made visible to this actor
+        timeout = datetime.timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
+        if ranks["world_rank"] != 0:  # rank 0 made the store in address()
+            self._store = dist.TCPStore(master[0], master[1], ranks["world_size"], False, timeout=timeout)
         dist.init_process_group(
-            backend,
-            init_method=f"tcp://{master[0]}:{master[1]}",
-            rank=ranks["world_rank"],
-            world_size=ranks["world_size"],
-            timeout=datetime.timedelta(seconds=_COLLECTIVE_TIMEOUT_S),
+            backend, store=self._store, rank=ranks["world_rank"], world_size=ranks["world_size"], timeout=timeout
         )
         self._ranks = ranks
 
@@ -301,7 +310,7 @@ class _Group:
         ]
         self.nodes: list[dict[str, Any]] = ray.get([w.node.remote() for w in self.workers])
         order = list(dict.fromkeys(n["node_id"] for n in self.nodes))
-        master = ray.get(self.workers[0].address.remote())
+        master = ray.get(self.workers[0].address.remote(num_workers))
         backend = "nccl" if spec.use_gpu else "gloo"
         setups = []
         for rank, worker in enumerate(self.workers):
