@@ -476,3 +476,29 @@ def test_a_disk_that_fills_mid_sweep_loses_no_mlflow_record_and_fails_the_sweep(
     for run in trials:
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == [1, 2, 3, 4]
         assert run.data.tags["tunetrain.status"] == "completed"
+
+
+def test_an_error_that_is_not_mlflows_is_counted_and_kept_for_sync(tmp_path: Path, store_template: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(store_template.read_bytes())
+    recorder, errors = _recorder(tmp_path, store)
+    recorder.start_sweep(run_name="s", params={}, tags={})
+    recorder.start_trial("t0", params={}, tags={}, start_time=time.time())
+    recorder.log_dict("t0", 5, {"a": 1})  # type: ignore[arg-type]  # a name that is no path: TypeError, not MLflow's
+    recorder.end_trial("t0", status="completed", end_time=time.time(), tags={})
+    assert recorder.flush(timeout=30)
+    recorder.close()
+    assert recorder.error_count == 1 and "TypeError" in (recorder.first_error or ""), errors.getvalue()
+    unsent = Journal.read(tmp_path / "journal.jsonl").unsent
+    assert [entry["op"] for entry in unsent][:1] == ["dict"]  # not acknowledged: `tunetrain sync` sends it again
+    # What came after it was written all the same.
+    run_id = recorder.run_id("t0")
+    assert run_id is not None and MlflowClient(f"sqlite:///{store}").get_run(run_id).info.status == "FINISHED"
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_smoke_names_a_metric_mlflow_refuses(workdir: Path) -> None:
+    path = write_experiment(workdir, BAD_KEY)
+    status, out = run_cli("sweep", str(path), "--smoke", "--smoke-steps", "2")
+    assert status == 1, out
+    assert "'acc@1'" in out and "FAIL" in out, out

@@ -334,12 +334,19 @@ def run_sweep(
             outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
             pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
             pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
+        # The end waits for the store once, not per call: at most drain_timeout_s in all
+        # (the recorder's, 2 minutes by default) while it is away.
+        end_by = time.monotonic() + getattr(sweep_recorder, "drain_timeout_s", 120.0)
+
+        def left() -> float:
+            return max(0.0, end_by - time.monotonic())
+
         if exp.multi_objective:
             outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
             outcome.pareto = pareto_front(records, outcome.objectives)
             for record in outcome.pareto:
                 sweep_recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
-            sweep_recorder.flush()
+            sweep_recorder.flush(timeout=left())
             pareto_tags |= {  # with the stop reason and checkpoint usage above
                 schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
                 schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
@@ -361,9 +368,9 @@ def run_sweep(
             best_config=best.config if best else None,
             step=resumes,
         )
-        sweep_recorder.flush()
+        sweep_recorder.flush(timeout=left())
         outcome.run_ids = {r.name: rid for r in records if (rid := sweep_recorder.run_id(r.name))}
-        sweep_recorder.close()
+        sweep_recorder.close(timeout=left())
         outcome.sweep_s = time.perf_counter() - started
         if sweep_recorder.unsent:
             print(

@@ -380,11 +380,12 @@ class SweepRecorder(_StoreWrites):
         """Records not yet in the store."""
         return self._seq - self._applied
 
-    def close(self) -> None:
-        """Write what is queued (waiting at most ``drain_timeout_s`` while the store is away),
-        then stop; what is still unsent stays in the journal for ``tunetrain sync``."""
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is queued (waiting at most ``timeout`` s, default ``drain_timeout_s``,
+        while the store is away, plus up to 30 s for a request in flight), then stop; what is
+        still unsent stays in the journal for ``tunetrain sync``."""
         self._closing.set()
-        drained = self._wait(self.drain_timeout_s)
+        drained = self._wait(self.drain_timeout_s if timeout is None else timeout)
         if not drained:
             self._give_up.set()
         self._queue.put(None)
@@ -444,7 +445,7 @@ class Recorder(Protocol):
     def flush(self, timeout: float | None = None) -> bool: ...
     @property
     def unsent(self) -> int: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
 
 
 class NullRecorder:
