@@ -143,6 +143,7 @@ def test_confirm_reruns_the_top_configurations_with_new_seeds_and_reranks_them(
     assert first.status == "ok" and len(first.trials) == 6  # 5 and the baseline
     status, out = run_cli("confirm", "six", "--top-k", "2", "--seeds", "2", "--seed", "8")
     assert status == 0, out
+    assert "(from the store of sweep six)" in out and "from --tracking-uri" not in out, out  # no such flag was given
     original = load_sweep("six")
     top = original.best(2)
     confirming = load_sweep("six-confirm")

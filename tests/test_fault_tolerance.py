@@ -325,6 +325,7 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
     assert "tunetrain resume s1" in out, out
     status, out = run_cli("resume", "s1")
     assert status == 0, out
+    assert "(from the sweep's journal)" in out and "from --tracking-uri" not in out, out  # no such flag was given
     runs = check_complete_record(workdir, parent_run_id)
     # The parent tells the resumed sweep's truth, not the interrupted one's: the best loss of
     # every trial, the statuses now, and the command that resumed it (one --name).

@@ -56,7 +56,7 @@ def confirm(
     from tunetrain.analysis import load_sweep, nested_config
     from tunetrain.api._sweep import recorded_experiment
     from tunetrain.api._sweep import sweep as run_sweep
-    from tunetrain.tracking import schema
+    from tunetrain.tracking import TrackingURI, schema
 
     out = stream or sys.stdout
     for label, value in (("top_k", top_k), ("seeds", seeds)):
@@ -119,7 +119,7 @@ def confirm(
     )
     result = run_sweep(
         confirming,
-        tracking_uri=original.store.tracking_uri,
+        tracking_uri=TrackingURI(original.store.tracking_uri, f"the store of sweep {original.name}"),
         storage=storage,
         address=address,
         name=new_name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tunetrain import _space
 from tunetrain.api._result import SweepResult
@@ -17,13 +17,16 @@ from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
 from tunetrain.storage import check_storage
 
+if TYPE_CHECKING:
+    from tunetrain.tracking import TrackingURI
+
 DEFAULT_STORAGE = "tunetrain_results"
 
 
 def execute(
     experiment: Experiment,
     *,
-    tracking_uri: str | None,
+    tracking_uri: str | TrackingURI | None,
     storage: str | None,
     address: str | None,
     name: str | None,
@@ -51,7 +54,9 @@ def execute(
     # The store and the cluster, as MLflow's and Ray's tools find them (flag, then
     # MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default); a server that does not
     # answer is an error now, before anything starts.
-    store = tracking.resolve_tracking_uri(tracking_uri)
+    store = (
+        tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
+    )
     tracking.check_reachable(store)
     if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
         tracking.check_writable(store, experiment.name)

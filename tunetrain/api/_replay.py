@@ -63,7 +63,7 @@ def replay(
         name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         result = execute(
             spec.experiment,
-            tracking_uri=uri,
+            tracking_uri=found,  # with where it came from, for the line that names it
             storage=storage,
             address=address,
             name=name,

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from tunetrain import _space, records
 from tunetrain.api._execute import DEFAULT_STORAGE, execute
@@ -16,6 +16,9 @@ from tunetrain.api._result import SweepResult
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256, load_experiment
 from tunetrain.redaction import redact, strip_credentials
+
+if TYPE_CHECKING:
+    from tunetrain.tracking import TrackingURI
 
 # Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
 # as sweep() names them.
@@ -92,7 +95,7 @@ def sweep(
     warm_start: list[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     config_from: str | None = None,
-    tracking_uri: str | None = None,
+    tracking_uri: str | TrackingURI | None = None,
     storage: str | None = None,
     address: str | None = None,
     name: str | None = None,
@@ -138,8 +141,10 @@ def sweep(
 
     out = stream or sys.stdout
     fields = {key: value for key, value in locals().items() if key in SWEEP_FIELDS}
+    # A TrackingURI (resume, confirm) says where the URI came from; the rest needs its text.
+    uri_text = str(tracking_uri) if tracking_uri is not None else None
     if config_from is not None:
-        overrides = {**config_of(config_from, tracking_uri=tracking_uri), **(overrides or {})}
+        overrides = {**config_of(config_from, tracking_uri=uri_text), **(overrides or {})}
     # The CLI passes what the user typed (--set texts, flag names) for its error messages.
     texts, names_used = _as_typed or ({}, {})
     exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
@@ -149,7 +154,7 @@ def sweep(
     # so that a resume rebuilds the same experiment.
     resolved = {**_space.flatten(exp.space), **_space.flatten(exp.defaults)}
     request = _request(
-        experiment, fields, {key: resolved[key] for key in overrides or {}}, tracking_uri, address, budget, report
+        experiment, fields, {key: resolved[key] for key in overrides or {}}, uri_text, address, budget, report
     )
     resumable = None
     if resume:
@@ -168,7 +173,7 @@ def sweep(
                 status="ok",
                 metric=exp.primary_metric,
                 mode=exp.primary_mode,
-                tracking_uri=tracking_uri or "",
+                tracking_uri=uri_text or "",
                 storage_path=str(Path(storage_root, name)),
             )
         if exp.seed is None:  # the seed drawn when the sweep started
@@ -224,7 +229,7 @@ def resume(
         _experiment_path(str(request["experiment"]), str(header.get("cwd") or "")),
         **fields,
         overrides=overrides,
-        tracking_uri=request.get("tracking_uri") or header.get("tracking_uri"),
+        tracking_uri=_recorded_uri(request.get("tracking_uri") or header.get("tracking_uri")),
         storage=storage,
         address=request.get("address"),
         name=sweep_name,
@@ -267,6 +272,13 @@ def _experiment_path(path: str, cwd: str) -> str:
     if cwd and not Path(path).is_absolute() and not Path(path).exists():
         return os.path.join(cwd, path)
     return path
+
+
+def _recorded_uri(uri: str | None) -> TrackingURI | None:
+    """The tracking URI a sweep's journal recorded, labelled so (not "from --tracking-uri")."""
+    from tunetrain.tracking import TrackingURI
+
+    return TrackingURI(uri, "the sweep's journal") if uri else None
 
 
 def recorded_experiment(
