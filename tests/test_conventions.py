@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tunetrain
-from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+from tests.conftest import EXPERIMENTS, REPO, run_cli, write_experiment
 
 TOY = """
 import ray.train
@@ -187,3 +187,20 @@ def test_smoke_sweeps_are_listed_only_when_asked_and_never_taken_as_the_newest(w
     assert (status == 0 and "Sweep('real'" in out) or "real" in out.splitlines()[0], out
     status, out = run_cli("show", "toy-smoke-restore")  # by name, it is found
     assert status == 0 and "toy-smoke-restore" in out.splitlines()[0], out
+
+
+def test_run_all_replaces_its_sections_and_keeps_the_hand_written_summary() -> None:
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("run_all", str(REPO / "benchmarks" / "run_all"))
+    spec = importlib.util.spec_from_loader("run_all", loader)
+    assert spec is not None
+    run_all = importlib.util.module_from_spec(spec)
+    loader.exec_module(run_all)
+    document = "# Benchmarks\n\n## Summary\n\nhand-written\n\n## 1. A\n\nold a\n\n## 2. B\n\nold b\n"
+    merged = run_all.merge_sections(document, ["## 2. B\n\nnew b\n", "## 3. C\n\nnew c\n"])
+    assert (
+        merged
+        == "# Benchmarks\n\n## Summary\n\nhand-written\n\n## 1. A\n\nold a\n\n## 2. B\n\nnew b\n\n## 3. C\n\nnew c\n"
+    )

@@ -326,6 +326,9 @@ def test_ctrl_c_leaves_nothing_running_and_a_resumable_sweep(workdir: Path) -> N
     status, out = run_cli("resume", "s1")
     assert status == 0, out
     assert "(from the sweep's journal)" in out and "from --tracking-uri" not in out, out  # no such flag was given
+    # The recorded command that resumed it works from any folder: its --storage is absolute.
+    resumed_with = client.get_run(parent_run_id).data.tags["tunetrain.resume_command.1"]
+    assert f"--storage {workdir / 'tunetrain_results'}" in resumed_with, resumed_with
     runs = check_complete_record(workdir, parent_run_id)
     # The parent tells the resumed sweep's truth, not the interrupted one's: the best loss of
     # every trial, the statuses now, and the command that resumed it (one --name).

@@ -149,6 +149,7 @@ def execute(
     )
     outcome = run.run_sweep(
         plan,
+        journal=resume.journal if resume is not None else None,  # read once, when the resume was checked
         stream=stream,
         log_dir=Path(ray_logs),
         recorder=recorder or tracking.SweepRecorder,

@@ -213,7 +213,7 @@ def resume(
     their checkpoints, every trial in its own MLflow run. ``num_samples`` may grow it."""
     from tunetrain.engine import resumable as resuming
 
-    header = resuming.load(storage, sweep_name).journal.header
+    header = resuming.header(storage, sweep_name)  # the rest is read once, by the resume
     request = header.get("request")
     if not isinstance(request, dict):
         raise ExperimentError(

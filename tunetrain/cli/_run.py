@@ -290,13 +290,15 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     from tunetrain import api
     from tunetrain.engine import resumable
 
-    header = resumable.load(args.storage, args.sweep).journal.header
+    header = resumable.header(args.storage, args.sweep)  # the rest is read once, by the resume
     argv = shlex.split(str(header.get("command", "")))[3:]  # after "python -m tunetrain"
     # The recorded command's own --name/--storage/--resume give way to these (said once each).
     replaced = {"--name": 1, "--storage": 1, "--resume": 0}
     if args.num_samples is not None:
         replaced["--num-samples"] = 1
-    argv = [*_without_flags(argv, replaced), "--resume", "--name", args.sweep, "--storage", args.storage]
+    # The storage absolute: the recorded command works from any folder, as the printed one does.
+    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+    argv = [*_without_flags(argv, replaced), "--resume", "--name", args.sweep, "--storage", storage]
     if args.num_samples is not None:
         argv += ["--num-samples", str(args.num_samples)]
     if isinstance(header.get("request"), dict):

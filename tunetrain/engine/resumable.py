@@ -99,6 +99,15 @@ def latest_sweep(storage: str, experiment_name: str) -> str | None:
     return None
 
 
+def header(storage: str, name: str) -> dict[str, Any]:
+    """The journal header of sweep ``name`` under ``storage`` (what it started with), read
+    without the rest of the journal; the same refusal as :func:`load` when there is none."""
+    path = journal_path(storage, name)
+    if not path.exists():
+        load(storage, name)  # raises, naming the sweeps that are there
+    return Journal.header_of(path)
+
+
 def load(storage: str, name: str) -> Resumable:
     """The sweep ``name`` under ``storage``; an ExperimentError when there is none to resume."""
     path = journal_path(storage, name)

@@ -26,7 +26,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.redaction import redact
-from tunetrain.tracking import Journal, Recorder, SweepRecorder, schema
+from tunetrain.tracking import Journal, JournalState, Recorder, SweepRecorder, schema
 from tunetrain.trial import (
     DRIVER_RESOURCES,
     TrialNamer,
@@ -124,6 +124,7 @@ def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecor
 def run_sweep(
     plan: SweepPlan,
     *,
+    journal: JournalState | None = None,
     stream: TextIO,
     log_dir: Path,
     recorder: Callable[..., Recorder] = SweepRecorder,
@@ -139,11 +140,13 @@ def run_sweep(
     exp = plan.experiment
     journaled: dict[str, TrialRecord] = {}
     resumes = 0
+    state = None
     if plan.resume:  # the trials as the sweep recorded them before it stopped
-        state = Journal.read(plan.journal_path)
+        state = journal if journal is not None else Journal.read(plan.journal_path)
         journaled = records_from_journal(state.entries, exp)
         resumes = sum(1 for entry in state.entries if entry["op"] == "resume_sweep") + 1
     sweep_recorder = recorder(
+        journal_state=state,  # the recorder reads no second copy of it
         tracking_uri=plan.tracking_uri,
         experiment_name=exp.name,
         artifact_location=_artifact_location(plan.tracking_uri),
@@ -336,7 +339,7 @@ def run_sweep(
             pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
         # The end waits for the store once, not per call: at most drain_timeout_s in all
         # (the recorder's, 2 minutes by default) while it is away.
-        end_by = time.monotonic() + getattr(sweep_recorder, "drain_timeout_s", 120.0)
+        end_by = time.monotonic() + sweep_recorder.drain_timeout_s
 
         def left() -> float:
             return max(0.0, end_by - time.monotonic())

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from tunetrain.redaction import redact, strip_credentials
 from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
-from tunetrain.tracking.journal import Journal
+from tunetrain.tracking.journal import Journal, JournalState
 
 
 class SweepRecorder(_StoreWrites):
@@ -47,6 +47,7 @@ class SweepRecorder(_StoreWrites):
         journal: str | Path | None = None,
         drain_timeout_s: float = 120.0,
         header: Mapping[str, Any] | None = None,
+        journal_state: JournalState | None = None,
     ) -> None:
         _quiet_mlflow_logging()
         if tracking_uri.startswith(("http://", "https://")):
@@ -80,12 +81,16 @@ class SweepRecorder(_StoreWrites):
         self._replay_until = 0  # entries up to this one are sent again (resume, sync)
         self._pending_first = 0  # the first entry whose points are pending
         self._journal: Journal | None = None
+        self._state: JournalState | None = None  # a resume's journal, read by the caller
         self._journal_said = False
         self.journal_error: str | None = None  # why the journal's disk refused a record
         if journal is not None:
             path = Path(journal)
             self._journal = Journal(path)  # refused while another process writes it
-            state = Journal.read(path)
+            # What the caller read already (a resume) is not read again: the journal is read
+            # once per session, whatever its length.
+            state = journal_state if journal_state is not None else Journal.read(path)
+            self._state = journal_state
             if state.skipped:
                 self._say(
                     f"tunetrain: {len(state.skipped)} line(s) of {path} are not records (torn by a crash or a full "
@@ -263,7 +268,8 @@ class SweepRecorder(_StoreWrites):
         sweep); it is written idempotently. Returns how many records that is."""
         if self._journal is None:
             raise ValueError("sending unsent records needs the sweep's journal")
-        state = Journal.read(self._journal.path)
+        state = self._state if self._state is not None else Journal.read(self._journal.path)
+        self._state = None  # once: what is written from here on is not in it
         self._replay_until = state.last_seq
         for entry in state.unsent:
             self._queue.put(entry)
@@ -405,6 +411,7 @@ class Recorder(Protocol):
     error_count: int
     first_error: str | None
     journal_error: str | None
+    drain_timeout_s: float
 
     def start_sweep(
         self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
@@ -456,6 +463,7 @@ class NullRecorder:
     error_count = 0
     first_error: str | None = None
     journal_error: str | None = None
+    drain_timeout_s = 0.0
     unsent = 0
 
     def __init__(self, **options: Any) -> None:
