@@ -1,13 +1,18 @@
 """What a sweep will cost, from the timings of the experiment's latest ``--smoke`` run.
 
-    expected iterations per trial  x  seconds per iteration  +  start-up   = one trial
-    one trial x trials / trials at once                                  = wall time
-    one trial x trials x CPUs (GPUs) per trial                           = CPU-hours (GPU-hours)
+    expected iterations per trial  x  seconds per iteration              = one trial's training
+    + the smoke's start-up, once per trial (a TorchTrainer per trial) or once per slot of
+      trials at once (in process, worker group: later trials reuse the slot's process and
+      workers, about 0.07 s, docs/benchmarks.md section 1)                = the sweep's trials
+    trials (the baseline included) / trials at once                      = wall time
+    trial-seconds x CPUs (GPUs) per trial                                = CPU-hours (GPU-hours)
 
 Iterations per trial follow the scheduler: FIFO and PBT run every trial to ``max_t``; ASHA
 keeps 1/reduction_factor of the trials at each rung (the expectation if it stops exactly that
-share); median stopping and HyperBand stop some trials by rules that depend on the results,
-so ``max_t`` is an upper bound there, and the estimate says so.
+share; with few trials, or trials one at a time, it compares each with fewer and stops fewer,
+so the estimate also gives the cost if it stops none); median stopping and HyperBand stop
+some trials by rules that depend on the results, so ``max_t`` is an upper bound there, and
+the estimate says so.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class Estimate:
     wall_s: float
     cpu_hours: float
     gpu_hours: float
+    wall_s_at_most: float | None = None  # ASHA stopping no trial: every one to max_t
 
 
 def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
@@ -50,26 +56,42 @@ def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
     return float(max_t), f"{experiment.scheduler}: every trial runs max_t {max_t:g}"
 
 
-def estimate(experiment: Any, *, max_concurrent: int, startup_s: float, iteration_s: float) -> Estimate | None:
+def estimate(
+    experiment: Any, *, max_concurrent: int, startup_s: float, iteration_s: float, trials: int | None = None
+) -> Estimate | None:
+    """The sweep's cost from a smoke run's timings; ``trials``: how many run (default the
+    experiment's, grid points included; a sweep's plan adds its baseline trial)."""
     found = iterations_per_trial(experiment)
     if found is None:
         return None
     iterations, basis = found
-    trial_s = startup_s + iterations * iteration_s
-    waves = math.ceil(experiment.total_trials / max(1, max_concurrent))
+    count = experiment.total_trials if trials is None else trials
+    slots = max(1, min(max_concurrent, count))
+    # A reused trial process (in process, worker group) starts once per slot; a TorchTrainer
+    # trial starts its workers anew every time.
+    starts = slots if experiment.reuses_trial_process else count
+    total_s = starts * startup_s + count * iterations * iteration_s
     worker = experiment.worker_resources
     cpus = experiment.max_workers * worker.get("CPU", 0.0)  # an elastic trial at its largest
     gpus = experiment.max_workers * worker.get("GPU", 0.0)
-    total_s = trial_s * experiment.total_trials  # grid points included
+    at_most = None
+    if experiment.scheduler == "asha":
+        full = (iterations_per_trial(experiment.replace(scheduler="fifo")) or (iterations, ""))[0]
+        at_most = _wall(starts * startup_s + count * full * iteration_s, count, slots, startup_s + full * iteration_s)
     return Estimate(
         iterations_per_trial=iterations,
         basis=basis,
-        trial_s=trial_s,
-        # Trials that end early free their slot for the next: the sum over slots, not waves of the longest.
-        wall_s=min(total_s / max(1, max_concurrent), waves * trial_s),
+        trial_s=startup_s + iterations * iteration_s,
+        wall_s=_wall(total_s, count, slots, startup_s + iterations * iteration_s),
         cpu_hours=total_s * cpus / 3600,
         gpu_hours=total_s * gpus / 3600,
+        wall_s_at_most=at_most,
     )
+
+
+def _wall(total_s: float, count: int, slots: int, trial_s: float) -> float:
+    # Trials that end early free their slot for the next: the sum over slots, not waves of the longest.
+    return min(total_s / slots, math.ceil(count / slots) * trial_s)
 
 
 def _duration(seconds: float) -> str:
@@ -80,7 +102,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def describe(experiment: Any, *, max_concurrent: int, smoke: Any, unfit: str = "") -> str:
+def describe(experiment: Any, *, max_concurrent: int, smoke: Any, unfit: str = "", trials: int | None = None) -> str:
     """The estimate lines of ``--dry-run``: from the latest smoke run of the sweep's trial shape
     (``smoke``, a :class:`tunetrain.tracking.SmokeTimings`), or why there is none and how to
     get one (``unfit``: why the newest smoke run does not apply)."""
@@ -89,14 +111,24 @@ def describe(experiment: Any, *, max_concurrent: int, smoke: Any, unfit: str = "
             return f"Estimate: none. {unfit}"
         return "Estimate: no smoke run of this experiment recorded; run `tunetrain sweep FILE --smoke` first."
     name, startup_s, iteration_s = smoke.sweep, smoke.startup_s, smoke.iteration_s
-    found = estimate(experiment, max_concurrent=max_concurrent, startup_s=startup_s, iteration_s=iteration_s)
+    found = estimate(
+        experiment, max_concurrent=max_concurrent, startup_s=startup_s, iteration_s=iteration_s, trials=trials
+    )
     source = f"smoke run {name}: start-up {startup_s:.3g} s, {iteration_s:.3g} s per iteration"
     if found is None:
         return f"Estimate ({source}): unknown, the experiment sets no max_iterations (its trials end by themselves)."
     lines = [
         f"Estimate ({source}):",
         f"  {found.iterations_per_trial:.3g} iterations per trial ({found.basis}), ~{_duration(found.trial_s)} each",
-        f"  wall time ~{_duration(found.wall_s)} with {max_concurrent} at once; "
-        f"{found.cpu_hours:.3g} CPU-hours" + (f", {found.gpu_hours:.3g} GPU-hours" if found.gpu_hours else ""),
+        f"  wall time ~{_duration(found.wall_s)} with {max_concurrent} at once"
+        + (f" (~{_duration(found.wall_s_at_most)} if ASHA stops none)" if found.wall_s_at_most else "")
+        + f"; {found.cpu_hours:.3g} CPU-hours"
+        + (f", {found.gpu_hours:.3g} GPU-hours" if found.gpu_hours else ""),
+        "  start-up counted "
+        + (
+            "once per slot (trials reuse their slot's process)"
+            if experiment.reuses_trial_process
+            else "for every trial (a TorchTrainer each)"
+        ),
     ]
     return "\n".join(lines)

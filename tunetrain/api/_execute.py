@@ -224,7 +224,10 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
             f"The newest smoke run, {other.sweep}, ran {other.shape_text()}, and this sweep runs "
             f"{tracking.describe_shape(shape)}: its start-up and step times do not apply."
         )
-    print(estimate.describe(experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit), file=stream)
+    text = estimate.describe(
+        experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit, trials=plan.total_trials
+    )
+    print(text, file=stream)
     if require_estimate and smoke is None:
         raise ExperimentError(
             f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
@@ -249,13 +252,17 @@ def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO)
     expected = None
     if smoke is not None:
         expected = estimate.estimate(
-            experiment, max_concurrent=plan.max_concurrent, startup_s=smoke.startup_s, iteration_s=smoke.iteration_s
+            experiment,
+            max_concurrent=plan.max_concurrent,
+            startup_s=smoke.startup_s,
+            iteration_s=smoke.iteration_s,
+            trials=plan.total_trials,
         )
     reasons = consent.exceeded(limit, estimate=expected, budget=plan.budget)
     if not reasons:
         known = "no estimate (no smoke run of this trial shape)" if expected is None else "the estimate"
         return f"not asked: {known} and the budget are within {limit.budget.text}"
-    details = estimate.describe(experiment, max_concurrent=plan.max_concurrent, smoke=smoke)
+    details = estimate.describe(experiment, max_concurrent=plan.max_concurrent, smoke=smoke, trials=plan.total_trials)
     return consent.obtain(reasons, details=details, yes=yes, stream=stream) + ": " + "; ".join(reasons)
 
 
