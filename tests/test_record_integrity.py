@@ -9,6 +9,7 @@ import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -405,18 +406,21 @@ def test_a_uri_storage_keeps_journal_logs_and_report_where_resume_and_sync_look(
 
 
 @pytest.fixture()
-def small_disk(workdir: Path) -> Iterator[tuple[Path, int]]:
-    """A real filesystem that fills: a tmpfs of 40 MiB mounted under the test's folder (the
-    machine's tests run as root; CI's too)."""
+def small_disk(workdir: Path) -> Iterator[tuple[Path, bool]]:
+    """A real filesystem that fills: a tmpfs of 40 MiB mounted under the test's folder, and
+    True. Where this machine refuses the mount (not root, no CAP_SYS_ADMIN), a plain folder and
+    False: the tests then use the closest honest simulation, the OS's answers patched (the
+    journal's file writes raise ENOSPC after its first lines; the free space reported small)."""
     import subprocess
 
     mount = workdir / "disk"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], check=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], check=False).returncode
     try:
-        yield mount, 40 * 2**20
+        yield mount, mounted == 0
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
+        if mounted == 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 FILLS_THE_DISK = """
@@ -428,7 +432,7 @@ from tunetrain import Experiment, StopRule
 
 def loop(config):
     for step in range(4):
-        if step == 2 and config["x"] == 1:  # the disk fills mid-sweep (another process, a checkpoint)
+        if step == 2 and config["x"] == 1 and config["disk"]:  # the disk fills mid-sweep (a checkpoint, ...)
             with open(os.path.join(config["disk"], "filler"), "wb") as f:
                 try:
                     while True:
@@ -447,10 +451,17 @@ experiment = Experiment(
 
 
 def test_a_storage_without_room_is_refused_before_ray_starts(
-    small_disk: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+    small_disk: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk, _ = small_disk
-    (disk / "filler").write_bytes(b"\0" * (30 * 2**20))  # 10 MiB left
+    import shutil
+    from collections import namedtuple
+
+    disk, real = small_disk
+    if real:
+        (disk / "filler").write_bytes(b"\0" * (30 * 2**20))  # 10 MiB left
+    else:  # simulated: the OS says 10 MiB are free
+        usage = namedtuple("usage", "total used free")
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(40 * 2**20, 30 * 2**20, 10 * 2**20))
     path = write_experiment(disk.parent, QUICK)
     _no_ray_started(monkeypatch)
     status, out = run_cli("sweep", str(path), "--storage", str(disk / "store"))
@@ -459,9 +470,36 @@ def test_a_storage_without_room_is_refused_before_ray_starts(
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_disk_that_fills_mid_sweep_loses_no_mlflow_record_and_fails_the_sweep(small_disk: tuple[Path, int]) -> None:
-    disk, _ = small_disk
-    path = write_experiment(disk.parent, FILLS_THE_DISK.replace("DISK", str(disk)))
+def test_a_disk_that_fills_mid_sweep_loses_no_mlflow_record_and_fails_the_sweep(
+    small_disk: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk, real = small_disk
+    path = write_experiment(disk.parent, FILLS_THE_DISK.replace("DISK", str(disk) if real else ""))
+    if not real:  # simulated: the journal's file writes meet ENOSPC after its first 10 lines
+        import errno
+
+        from tunetrain.tracking import journal
+
+        opened = journal.Journal.__init__
+
+        class Filling:
+            def __init__(self, file: Any) -> None:
+                self.file, self.lines = file, 0
+
+            def write(self, text: str) -> int:
+                self.lines += 1
+                if self.lines > 10:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return int(self.file.write(text))
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.file, name)
+
+        def filling(self: Any, path: Path) -> None:
+            opened(self, path)
+            self._file = Filling(self._file)
+
+        monkeypatch.setattr(journal.Journal, "__init__", filling)
     status, out = run_cli(
         "sweep", str(path), "--storage", str(disk / "store"), "--name", "s", "--no-register", "--max-concurrent", "1"
     )

@@ -96,7 +96,7 @@ def _auth_proxy(backend_port: int, user: str, password: str) -> tuple[http.serve
 
 
 @pytest.fixture()
-def guarded_server(workdir: Path) -> Iterator[tuple[str, Path]]:
+def guarded_server(workdir: Path) -> Iterator[tuple[str, Path, list[str]]]:
     from tunetrain.tracking import start_ui_server, stop_ui_server
 
     backend = workdir / "server"
@@ -106,7 +106,7 @@ def guarded_server(workdir: Path) -> Iterator[tuple[str, Path]]:
     )
     proxy, port = _auth_proxy(int(_server_port(server)), "alice", SECRET)
     try:
-        yield f"http://alice:{SECRET}@127.0.0.1:{port}", backend
+        yield f"http://alice:{SECRET}@127.0.0.1:{port}", backend, [str(arg) for arg in server.args]  # type: ignore[union-attr]
     finally:
         proxy.shutdown()
         stop_ui_server(server)
@@ -120,9 +120,11 @@ def _server_port(server: object) -> str:
 @pytest.mark.slow  # a real mlflow server
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_password_in_the_tracking_uri_is_in_no_record_journal_or_log(
-    workdir: Path, guarded_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+    workdir: Path, guarded_server: tuple[str, Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri, backend = guarded_server
+    uri, backend, server_argv = guarded_server
+    # The server tunetrain started has its store in its environment, not in its argv (`ps`).
+    assert "--backend-store-uri" not in server_argv and not any("server.db" in arg for arg in server_argv)
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         monkeypatch.delenv(name, raising=False)  # put back (unset) after the test
     path = write_experiment(workdir, EXPERIMENT)
