@@ -195,7 +195,11 @@ class _StoreWrites:
         self._run_ids[trial] = run_id
         if self._journal is not None:
             self._journal.write({"run": trial, "run_id": run_id})
-        self._log_params_and_tags(run_id, entry["params"], rest)
+        params = entry["params"]
+        if found is not None:  # the run's params stay its first (MLflow refuses a changed one)
+            held = self._client.get_run(run_id).data.params
+            params = {key: value for key, value in params.items() if key not in held}
+        self._log_params_and_tags(run_id, params, rest)
 
     def _op_reopen_trial(self, entry: dict[str, Any]) -> None:
         run_id = self._target(entry["trial"])
