@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -43,8 +44,11 @@ class Journal:
         # A line torn by a crash or a full disk mid-write would swallow the next record
         # (the two read as one bad line): what follows starts on a line of its own.
         if path.stat().st_size and _last_byte(path) != b"\n":
-            self._file.write("\n")
-            self._file.flush()
+            try:
+                self._file.write("\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk: the journal takes no more (see write)
+                self.error = f"{exc.strerror or exc} ({self.path})"
 
     def write(self, line: Mapping[str, Any], *, sync: bool = False) -> bool:
         """Append one record; False once the disk refused one (full, gone read-only): the
@@ -156,7 +160,8 @@ def _hold(file: IO[str], path: Path, *, note_pid: bool = True) -> None:
             fix="Wait until it ends (or stop it), then run this again; one process at a time writes a journal.",
         ) from None
     if note_pid:
-        _lock_file(path).write_text(str(os.getpid()))
+        with contextlib.suppress(OSError):  # only for naming the holder; a full disk may refuse it
+            _lock_file(path).write_text(str(os.getpid()))
 
 
 class JournalBusy(ExperimentError):
