@@ -20,10 +20,8 @@ def check_storage(storage: str, *, flag: str = "--storage") -> None:
     less than :data:`MIN_FREE_BYTES` free; a URI (s3://, file://) is left to its filesystem."""
     if "://" in storage:
         return
-    folder = Path(storage).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    problem = _unwritable(folder) or _too_full(folder) if folder.is_dir() else f"{folder} is not a folder"
+    folder = nearest_folder(Path(storage))
+    problem = folder_unwritable(folder) or _too_full(folder)
     if problem:
         raise ExperimentError(
             f"{flag} {storage!r} cannot take the sweep: {problem}.",
@@ -31,8 +29,21 @@ def check_storage(storage: str, *, flag: str = "--storage") -> None:
         )
 
 
-def _unwritable(folder: Path) -> str | None:
-    try:  # tried, not asked: root passes every permission check (os.access)
+def nearest_folder(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing ancestor: where a new folder
+    or file under ``path`` would be created."""
+    folder = path.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def folder_unwritable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder``, or None. Tried, not asked: root passes every
+    permission check (os.access), and a folder like /proc takes no files."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".tunetrain-write-check-"):
             return None
     except OSError as exc:

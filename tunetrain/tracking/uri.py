@@ -13,6 +13,7 @@ from pathlib import Path
 from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.redaction import redact, split_credentials
+from tunetrain.storage import folder_unwritable, nearest_folder
 from tunetrain.tracking.store import default_tracking_uri
 
 ENV = "MLFLOW_TRACKING_URI"
@@ -138,29 +139,15 @@ def check_writable(tracking: TrackingURI, experiment_name: str) -> None:
 
 
 def _sqlite_unwritable(path: Path) -> str | None:
-    """Why a sqlite store at ``path`` cannot be written, or None. Tried, not asked: root
-    passes every permission check (os.access), and a folder like /proc takes no files."""
-    import tempfile
-
+    """Why a sqlite store at ``path`` cannot be written, or None: the file itself, if there,
+    and its folder (sqlite writes its journal beside the file; a new store is created there)."""
     if path.exists():
         try:
             with path.open("r+b"):
                 pass
         except OSError as exc:
             return f"{path} is not writable ({exc.strerror or exc})"
-        folder = path.parent
-    else:
-        folder = path.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            return f"{folder} is not a folder"
-    try:  # sqlite writes its journal beside the file; a new store is created there
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tunetrain-write-check-"):
-            pass
-    except OSError as exc:
-        return f"no file can be created in {folder} ({exc.strerror or exc})"
-    return None
+    return folder_unwritable(nearest_folder(path.parent))
 
 
 def _server_experiment_stage(uri: str, name: str) -> str | None:
