@@ -33,13 +33,20 @@ class Estimate:
     wall_s_at_most: float | None = None  # ASHA stopping no trial: every one to max_t
 
 
+def _max_t(experiment: Any) -> float | None:
+    """The most iterations a trial runs: the scheduler's ``max_t`` or the stop rule's limit,
+    the lower of the two; None without either."""
+    max_t = dict(experiment.scheduler_options).get("max_t", experiment.stop.max_iterations)
+    if experiment.stop.max_iterations is not None and max_t is not None:
+        max_t = min(max_t, experiment.stop.max_iterations)
+    return max_t
+
+
 def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
     """Expected iterations of one trial and how that was worked out; None when the
     experiment sets no iteration limit (its trials end when their train loop does)."""
     options = dict(experiment.scheduler_options)
-    max_t = options.get("max_t", experiment.stop.max_iterations)
-    if experiment.stop.max_iterations is not None and max_t is not None:
-        max_t = min(max_t, experiment.stop.max_iterations)
+    max_t = _max_t(experiment)
     if max_t is None:
         return None
     if experiment.scheduler == "asha":
@@ -76,7 +83,7 @@ def estimate(
     gpus = experiment.max_workers * worker.get("GPU", 0.0)
     at_most = None
     if experiment.scheduler == "asha":
-        full = (iterations_per_trial(experiment.replace(scheduler="fifo")) or (iterations, ""))[0]
+        full = float(_max_t(experiment) or iterations)  # every trial to max_t
         at_most = _wall(starts * startup_s + count * full * iteration_s, count, slots, startup_s + full * iteration_s)
     return Estimate(
         iterations_per_trial=iterations,

@@ -77,7 +77,8 @@ class SweepStopper(tune.Stopper):
                     "or change Experiment.metric.",
                 )
             return True
-        if self.recordable(result) != user_metrics(result):
+        self.recordable(result)  # checks the names it has not seen
+        if not self.refused_keys.isdisjoint(result):
             return True
         values = [result[metric] for metric in self.metrics]
         if any(isinstance(value, int | float) and not math.isfinite(value) for value in values):
@@ -104,6 +105,8 @@ class SweepStopper(tune.Stopper):
                 f"the MLflow store refuses: {problem}",
                 fix=f"Rename it in ray.train.report (for example {tracking.suggested_metric_key(key)!r}).",
             )
+        if not self.refused_keys:
+            return metrics
         return {key: value for key, value in metrics.items() if key not in self.refused_keys}
 
     def refuse(self, message: str, *, fix: str) -> None:

@@ -70,7 +70,12 @@ def local_dir(storage: str, name: str) -> Path:
             f"The sweep name is its folder under the storage: {problem}.",
             fix="Pass the sweep's name as `tunetrain list` or the sweep's summary shows it.",
         )
-    return Path(URI_STORAGE_LOCAL if "://" in storage else storage) / name
+    return _local_root(storage) / name
+
+
+def _local_root(storage: str) -> Path:
+    """Where the driver's folders of ``storage``'s sweeps are (see :func:`local_dir`)."""
+    return Path(URI_STORAGE_LOCAL if "://" in storage else storage)
 
 
 def journal_path(storage: str, name: str) -> Path:
@@ -91,8 +96,7 @@ def stored(storage: str, name: str, file: str) -> bool:
 
 def latest_sweep(storage: str, experiment_name: str) -> str | None:
     """The newest sweep of ``experiment_name`` under ``storage`` (by its journal's age)."""
-    where = Path(URI_STORAGE_LOCAL if "://" in storage else storage)
-    journals = sorted(where.glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    journals = sorted(_local_root(storage).glob(f"*/{JOURNAL_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in journals:
         if Journal.header_of(path).get("experiment_name") == experiment_name:
             return path.parent.name
