@@ -91,8 +91,10 @@ class _StoreWrites:
     def _send_points(self, run_id: str, batch: list[Metric]) -> None:
         """One batch of a run's points. When the store refuses one point's name, the others
         still go (one bad key must not hold every valid point hostage); the refusal is raised."""
-        bad = [m for m in batch if metric_key_problem(m.key) is not None]
-        good = [m for m in batch if m not in bad] if bad else batch
+        good: list[Metric] = []
+        bad: list[Metric] = []
+        for m in batch:
+            (bad if metric_key_problem(m.key) is not None else good).append(m)
         # A SQL store gets log_batch's rows without its per-point ORM work (the seam's
         # sql_log_metrics says why); any other store, log_batch itself.
         if good and not _internals.sql_log_metrics(self._client, run_id, good):
