@@ -61,7 +61,12 @@ def checkpointing(folder: Path, *, space: str, samples: int, iterations: int) ->
     return write_experiment(folder, body)
 
 
-REFUSED = {("pbt", "optuna"), ("pbt", "hyperopt"), ("pb2", "optuna"), ("pb2", "hyperopt"), ("pb2", "grid")}
+REFUSED = {
+    *((scheduler, searcher) for scheduler in ("pbt", "pb2") for searcher in ("optuna", "async_bohb", "hyperopt")),
+    ("pb2", "grid"),
+}
+# What searcher "auto" picks for each scheduler on this one-objective, flat space.
+AUTO = {"pbt": "random", "pb2": "random", "fifo": "optuna"}
 # In the quick tier: the refusals (nothing runs) and the demo's pairing; the rest are slow.
 QUICK = {("asha", "optuna"), *REFUSED}
 PAIRS = [
@@ -94,7 +99,10 @@ def test_every_scheduler_and_searcher_pairing_runs_or_is_refused_up_front(
     assert len(children) == 2
     assert all(run.data.tags["tunetrain.status"] in ("completed", "stopped_early") for run in children)
     assert parent.data.tags["tunetrain.scheduler"] == scheduler
-    assert parent.data.tags["tunetrain.searcher"] == searcher
+    assert parent.data.tags["tunetrain.searcher"] == (
+        AUTO.get(scheduler, "async_bohb") if searcher == "auto" else searcher
+    )
+    assert parent.data.tags["tunetrain.searcher_note"].startswith("auto: " if searcher == "auto" else "as configured")
 
 
 def _iterations(children: list[Any]) -> dict[str, list[int]]:

@@ -30,7 +30,7 @@ PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 TrialRunner = Literal["auto", "in_process", "worker_group", "torch_trainer"]
 
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
-SEARCHERS = ("optuna", "hyperopt", "random", "grid")
+SEARCHERS = ("auto", "optuna", "async_bohb", "hyperopt", "random", "grid")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 TRIAL_RUNNERS = ("auto", "in_process", "worker_group", "torch_trainer")
 
@@ -111,9 +111,9 @@ class Experiment:
         mode: "min" or "max" for ``metric`` (a list of them for a list of metrics).
         scheduler: "fifo", "asha", "hyperband", "median", "pbt" or "pb2";
             ``scheduler_options`` are passed to Ray Tune's class (see docs/schedulers.md).
-        searcher: "optuna" (TPE; other samplers with ``searcher_options={"sampler": ...}``),
-            "hyperopt" (TPE), "random" or "grid"; ``searcher_options`` are passed to Ray
-            Tune's class.
+        searcher: "auto" (the best measured for the scheduler: docs/schedulers.md), "optuna"
+            (TPE told of early stops; other samplers with ``searcher_options={"sampler": ...}``),
+            "async_bohb" (TPE on one budget's results), "hyperopt", "random" or "grid".
         num_samples: how many trials the sweep runs.
         workers_per_trial: Ray Train workers (DDP processes) in each trial; or a range
             ``(min, max)`` for elastic trials, which start with what is free (at least
@@ -171,7 +171,7 @@ class Experiment:
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     scheduler: str = "asha"
     scheduler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    searcher: str = "optuna"
+    searcher: str = "auto"
     searcher_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     num_samples: int = 8
     workers_per_trial: int | tuple[int, int] = 1

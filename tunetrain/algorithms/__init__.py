@@ -23,18 +23,23 @@ from tunetrain.algorithms._schedulers import (
     pbt_mutations,
 )
 from tunetrain.algorithms._searchers import (
+    TPE_SEARCHERS,
     DefineByRunOptunaSearch,
     build_searcher,
     hyperopt_space,
     optuna_define_by_run,
+    resolve_searcher,
     searcher_live_limit,
     searcher_owns_space,
 )
+from tunetrain.algorithms._tpe import FidelityTPESearch
 
 __all__ = [
     "DEFAULT_MAX_T",
     "OPTUNA_SAMPLERS",
+    "TPE_SEARCHERS",
     "DefineByRunOptunaSearch",
+    "FidelityTPESearch",
     "RecordingASHA",
     "RecordingFIFO",
     "RecordingHyperBand",
@@ -48,6 +53,7 @@ __all__ = [
     "hyperopt_space",
     "optuna_define_by_run",
     "pbt_mutations",
+    "resolve_searcher",
     "searcher_live_limit",
     "searcher_owns_space",
 ]

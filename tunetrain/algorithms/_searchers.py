@@ -14,6 +14,7 @@ from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUnifo
 
 from tunetrain import _space
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_options
+from tunetrain.algorithms._tpe import FidelityTPESearch
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.seeding import derive_seed
@@ -44,6 +45,7 @@ def build_searcher(
     max_concurrent: int,
     points: list[dict[str, Any]] | None = None,
     evaluated: list[tuple[dict[str, Any], list[float]]] | None = None,
+    stopped: Mapping[str, int] | None = None,
 ) -> tuple[SearchAlgorithm | Searcher, int]:
     """The searcher, and the number its first trial is counted as (0 or 1, Tune differs by class).
 
@@ -52,9 +54,41 @@ def build_searcher(
     are suggested first, through each searcher's own ``points_to_evaluate``. ``evaluated``
     (flat configs of the searched dimensions, and their value of each objective: earlier
     trials) become completed trials of the Optuna study before it suggests anything.
+    ``stopped`` is the scheduler's record of the trials it stopped early (trial id ->
+    iteration), which TPE's searchers tell Optuna as pruned.
     """
     options = dict(experiment.searcher_options)
-    name = experiment.searcher
+    name = resolve_searcher(experiment)[0]
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
+    if name in TPE_SEARCHERS and _fidelity_tpe_applies(experiment, options):
+        return _build_fidelity_tpe(
+            experiment,
+            name,
+            options,
+            seed=seed,
+            max_concurrent=max_concurrent,
+            points=points,
+            evaluated=evaluated,
+            stopped=stopped,
+        ), 1
+    if name == "async_bohb":
+        raise ExperimentError(
+            "Searcher 'async_bohb' models one objective over a flat space (no choice between sets of "
+            f"parameters) with TPE, but got {len(experiment.objectives)} objective(s), "
+            f"{'a conditional' if _space.has_conditional(experiment.space) else 'a flat'} space and "
+            f"sampler {options.get('sampler', 'tpe')!r}.",
+            fix="Use searcher 'optuna' (NSGA-II for several objectives, define-by-run TPE for a conditional space).",
+        )
+    for key in _TPE_ONLY:
+        if key in options:
+            raise ExperimentError(
+                f"searcher_options[{key!r}] is an option of the TPE searchers ('optuna' with sampler 'tpe' on one "
+                "objective and a flat space, 'async_bohb'), but this sweep's searcher is "
+                f"{name!r} {dict(experiment.searcher_options)!r} with {len(experiment.objectives)} objective(s).",
+                fix=f"Drop {key!r} from searcher_options, or use one of those searchers.",
+            )
     if points:
         if "points_to_evaluate" in options:
             raise ExperimentError(
@@ -82,9 +116,6 @@ def build_searcher(
         if searcher_owns_space(experiment):
             options["space"] = hyperopt_space(experiment.space)
         return HyperOptSearch(metric=metrics[0], mode=modes[0], **options), 1
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
     check_options("searcher", name, OptunaSearch, options)
     sampler = options.pop("sampler", "nsga2" if experiment.multi_objective else "tpe")
     if evaluated:
@@ -104,6 +135,95 @@ def build_searcher(
     if experiment.multi_objective:
         return cls(metric=metrics, mode=list(modes), sampler=sampler, **options), 1
     return cls(metric=metrics[0], mode=modes[0], sampler=sampler, **options), 1
+
+
+# The searchers FidelityTPESearch serves (on one objective, a flat space, TPE), and its options.
+TPE_SEARCHERS = ("optuna", "async_bohb")
+_TPE_ONLY = ("n_startup_trials", "reproducible")
+_TPE_OPTIONS = ("sampler", "points_to_evaluate", *_TPE_ONLY)
+# searcher="auto" on one objective and a flat space, by scheduler: the best arm of the
+# search-quality benchmark (docs/benchmarks.md, "Search quality") for that kind of scheduler.
+_AUTO_FOR = {"asha": "async_bohb", "hyperband": "async_bohb", "median": "async_bohb", "fifo": "optuna"}
+
+
+def resolve_searcher(experiment: Experiment) -> tuple[str, str]:
+    """The searcher a sweep uses and why: ``experiment.searcher`` itself, or for "auto" the
+    best measured one for its scheduler, space and objectives."""
+    name = experiment.searcher
+    if name != "auto":
+        return name, "as configured"
+    if experiment.scheduler in ("pbt", "pb2"):
+        return "random", f"auto: scheduler {experiment.scheduler!r} explores by itself, from its population"
+    if any(_space.is_grid(value) for _, value in _space.iter_leaves(experiment.space)):
+        return "grid", "auto: the space has tune.grid_search dimensions"
+    if experiment.multi_objective:
+        return "optuna", f"auto: {len(experiment.objectives)} objectives (Optuna's NSGA-II)"
+    if _space.has_conditional(experiment.space):
+        return "optuna", "auto: a conditional space (Optuna's define-by-run TPE)"
+    chosen = _AUTO_FOR.get(experiment.scheduler, "optuna")
+    return chosen, f"auto: best measured with scheduler {experiment.scheduler!r} on one objective"
+
+
+def _fidelity_tpe_applies(experiment: Experiment, options: Mapping[str, Any]) -> bool:
+    sampler = options.get("sampler", "tpe")
+    return (
+        not experiment.multi_objective
+        and not _space.has_conditional(experiment.space)
+        and isinstance(sampler, str)
+        and sampler == "tpe"
+    )
+
+
+def _build_fidelity_tpe(
+    experiment: Experiment,
+    name: str,
+    options: dict[str, Any],
+    *,
+    seed: int,
+    max_concurrent: int,
+    points: list[dict[str, Any]] | None,
+    evaluated: list[tuple[dict[str, Any], list[float]]] | None,
+    stopped: Mapping[str, int] | None,
+) -> FidelityTPESearch:
+    unknown = sorted(set(options) - set(_TPE_OPTIONS))
+    if unknown:
+        raise ExperimentError(
+            f"Unknown searcher option(s) {', '.join(map(repr, unknown))} for searcher {name!r} (TPE told of early "
+            f"stops); valid options are: {', '.join(_TPE_OPTIONS)}.",
+            fix="Use only those keys in searcher_options.",
+        )
+    if points and "points_to_evaluate" in options:
+        raise ExperimentError(
+            "searcher_options['points_to_evaluate'] and the baseline trial both give the searcher's first points.",
+            fix="Put those points in the sweep without a baseline (--no-baseline, Experiment.baseline=False).",
+        )
+    n_startup, reproducible = options.get("n_startup_trials", 10), options.get("reproducible", False)
+    if not isinstance(n_startup, int) or isinstance(n_startup, bool) or n_startup < 0:
+        raise ExperimentError(
+            f"searcher_options['n_startup_trials'] is the number of random trials before TPE's model, an integer "
+            f">= 0, but got {n_startup!r}.",
+            fix='Use e.g. searcher_options={"n_startup_trials": 10} (Optuna\'s default).',
+        )
+    if not isinstance(reproducible, bool):
+        raise ExperimentError(
+            f"searcher_options['reproducible'] is true or false, but got {reproducible!r}.",
+            fix='Use searcher_options={"reproducible": True}.',
+        )
+    if evaluated:
+        # Warm-started, the sampler draws from a seed of its own (see build_searcher).
+        seed = derive_seed(seed, len(evaluated))
+    return FidelityTPESearch(
+        metric=experiment.primary_metric,
+        mode=experiment.primary_mode,
+        seed=seed,
+        fidelity="rung" if name == "async_bohb" else "last",
+        n_startup_trials=n_startup,
+        reproducible=reproducible,
+        max_concurrent=max_concurrent,
+        points_to_evaluate=points or options.get("points_to_evaluate"),
+        evaluated=[({k.replace(".", "/"): v for k, v in p.items()}, values[0]) for p, values in evaluated or ()],
+        stopped=stopped,
+    )
 
 
 def _study_with(experiment: Experiment, evaluated: list[tuple[dict[str, Any], list[float]]]) -> Any:

@@ -35,6 +35,9 @@ class WarmStart:
 
 def check_searcher(experiment: Experiment) -> None:
     """Refuse a warm start the searcher cannot take, with the reason."""
+    from tunetrain.algorithms import resolve_searcher
+
+    experiment = experiment.replace(searcher=resolve_searcher(experiment)[0])
     if experiment.searcher in ("random", "grid"):
         raise ExperimentError(
             f"--warm-start gives earlier results to a searcher that learns from them, but got searcher "

@@ -37,7 +37,9 @@ def sweep_parser(subparsers: Any) -> None:
         "--scheduler",
         help="fifo, asha, hyperband, median, pbt or pb2 (default: the experiment's; see docs/schedulers.md)",
     )
-    group0.add_argument("--searcher", help="optuna, hyperopt, random or grid (default: the experiment's)")
+    group0.add_argument(
+        "--searcher", help="auto, optuna, async_bohb, hyperopt, random or grid (default: the experiment's)"
+    )
     group0.add_argument(
         "--set",
         dest="overrides",

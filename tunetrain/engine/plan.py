@@ -21,6 +21,7 @@ from tunetrain.algorithms import (
     build_scheduler,
     build_searcher,
     check_pairing,
+    resolve_searcher,
     searcher_owns_space,
 )
 from tunetrain.budget import Budget
@@ -69,6 +70,8 @@ class SweepPlan:
     # with as completed, and where they came from ("SWEEP (N of M completed trials)").
     warm_points: tuple[tuple[dict[str, Any], list[float]], ...] = ()
     warm_sources: tuple[str, ...] = ()
+    # Why the sweep uses its searcher ("as configured", or searcher="auto"'s reason).
+    searcher_note: str = "as configured"
 
     @property
     def total_trials(self) -> int:
@@ -156,10 +159,10 @@ def plan_sweep(
         )
     total = experiment.total_trials + (1 if baseline is not None else 0)
     max_concurrent = min(experiment.max_concurrent or fits, total)  # grid points included
-    searcher = experiment.searcher
-    if not free and searcher in ("optuna", "hyperopt"):
+    searcher, searcher_note = resolve_searcher(experiment)
+    if not free and searcher in ("optuna", "async_bohb", "hyperopt"):
         # Every dimension is pinned: there is nothing for a model-based searcher to learn.
-        searcher = "random"
+        searcher, searcher_note = "random", "every dimension is pinned"
     check_pairing(experiment.replace(searcher=searcher))
     root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
     # Build the scheduler, searcher and budget gate once now, so that bad options fail before
@@ -199,6 +202,7 @@ def plan_sweep(
         baseline_note=baseline_note,
         warm_points=tuple(warm_points),
         warm_sources=tuple(warm_sources),
+        searcher_note=searcher_note,
     )
 
 
@@ -253,7 +257,8 @@ def describe_plan(plan: SweepPlan) -> str:
         + ", ".join(f"{metric} ({mode})" for metric, mode in exp.objectives)
         + (" (the scheduler and the best trial use the first)" if exp.multi_objective else ""),
         f"Scheduler: {exp.scheduler} {dict(exp.scheduler_options) or ''}".rstrip(),
-        f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip(),
+        f"Searcher: {exp.searcher} {dict(exp.searcher_options) or ''}".rstrip()
+        + (f" ({plan.searcher_note})" if plan.searcher_note != "as configured" else ""),
         f"Trials: {_trials_text(exp)}, at most {plan.max_concurrent} at once",
         "Baseline: "
         + (
@@ -294,6 +299,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         schema.EXPERIMENT_SHA256_TAG: file_sha256(exp.source_path) if exp.source_path else "",
         schema.SCHEDULER_TAG: exp.scheduler,
         schema.SEARCHER_TAG: exp.searcher,
+        schema.SEARCHER_NOTE_TAG: plan.searcher_note,
         schema.METRIC_TAG: exp.primary_metric,
         schema.MODE_TAG: exp.primary_mode,
         # Every objective, so that readers (tunetrain.analysis) know them even if the sweep dies.

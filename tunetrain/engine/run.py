@@ -208,6 +208,7 @@ def run_sweep(
             max_concurrent=live_limit,
             points=plan.searcher_points,
             evaluated=list(plan.warm_points),
+            stopped=scheduler.early_stopped if hasattr(scheduler, "early_stopped") else None,
         )
         callback = SweepCallback(
             plan=plan,

@@ -22,6 +22,7 @@ EXPERIMENT_FILE_TAG = "tunetrain.experiment_file"
 EXPERIMENT_SHA256_TAG = "tunetrain.experiment_sha256"
 SCHEDULER_TAG = "tunetrain.scheduler"
 SEARCHER_TAG = "tunetrain.searcher"
+SEARCHER_NOTE_TAG = "tunetrain.searcher_note"  # why: "as configured", or searcher="auto"'s choice
 METRIC_TAG = "tunetrain.metric"
 MODE_TAG = "tunetrain.mode"
 OBJECTIVES_TAG = "tunetrain.objectives"  # "loss (min), acc (max)"

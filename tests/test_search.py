@@ -1,0 +1,176 @@
+"""What the searcher is told and what it suggests, on real sweeps: trials ASHA stopped reach
+Optuna as pruned at their rung; trials side by side get different configurations; exactly
+the configured random start-up trials at 4 at once; the reproducible mode gives the same
+configurations again at 2 at once. And searcher="auto"'s choice, without Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import make_experiment, run_cli, write_experiment
+from tests.test_sweep import by_status, sweep_runs
+from tunetrain.algorithms import FidelityTPESearch, resolve_searcher
+from tunetrain.algorithms._tpe import DRAWN_BY
+from tunetrain.errors import ExperimentError
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+BODY = """
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(ITERATIONS):
+        time.sleep(config.get("pause", 0.0))  # work: trials overlap
+        ray.train.report({"loss": (config["x"] - 0.3) ** 2 + 1.0 / (step + 1) + config.get("k", 0) / 10})
+
+
+experiment = Experiment(
+    name="search", train_loop=loop, space=SPACE, defaults={"pause": PAUSE}, metric="loss", mode="min",
+    num_samples=SAMPLES, stop=StopRule(max_iterations=ITERATIONS), seed=11, baseline=False,
+    scheduler=SCHEDULER, searcher=SEARCHER, searcher_options=OPTIONS, max_concurrent=CONCURRENT,
+    resources_per_worker={"CPU": 0.25},  # 8 trials fit on 2 CPUs
+)
+"""
+
+
+def _experiment(folder: Path, **values: Any) -> Path:
+    fields = {
+        "SPACE": '{"x": tune.uniform(0.0, 1.0)}',
+        "PAUSE": 0.0,
+        "SAMPLES": 8,
+        "ITERATIONS": 4,
+        "SCHEDULER": '"fifo"',
+        "SEARCHER": '"optuna"',
+        "OPTIONS": "{}",
+        "CONCURRENT": 1,
+    }
+    fields.update({key.upper(): value for key, value in values.items()})
+    body = BODY
+    for key, value in fields.items():
+        body = body.replace(key, str(value))
+    return write_experiment(folder, body)
+
+
+@pytest.fixture()
+def searchers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every searcher the sweeps of a test built (the engine's build_searcher, wrapped)."""
+    import tunetrain.engine.run as run
+
+    built: list[Any] = []
+    original = run.build_searcher
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        searcher, first = original(*args, **kwargs)
+        built.append(searcher)
+        return searcher, first
+
+    monkeypatch.setattr(run, "build_searcher", build)
+    return built
+
+
+@pytest.mark.slow
+def test_trials_asha_stopped_are_pruned_at_their_rung_in_the_study(workdir: Path, searchers: list[Any]) -> None:
+    path = _experiment(workdir, samples=12, iterations=8, scheduler='"asha"', options='{"n_startup_trials": 4}')
+    status, out = run_cli("sweep", str(path), "--no-report")
+    assert status == 0, out
+    _, _, children = sweep_runs(workdir, "search")
+    runs = by_status(children)
+    (searcher,) = searchers
+    assert isinstance(searcher, FidelityTPESearch)
+    trials = searcher.study.trials
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    # Each trial ASHA stopped is PRUNED, holding every value it reported up to its rung
+    # (grace 1, reduction factor 2, max_t 8: rungs 1, 2, 4); the others COMPLETE at 8.
+    assert len(pruned) == len(runs["stopped_early"]) > 0, [t.state for t in trials]
+    assert len(complete) == len(runs["completed"])
+    for trial in pruned:
+        steps = sorted(trial.intermediate_values)
+        assert steps == list(range(1, steps[-1] + 1)) and steps[-1] in (1, 2, 4)
+        assert trial.value == trial.intermediate_values[steps[-1]]
+    assert all(max(t.intermediate_values) == 8 for t in complete)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("searcher", ["optuna", "async_bohb"])
+def test_eight_trials_at_once_all_get_different_configurations(
+    workdir: Path, searchers: list[Any], searcher: str
+) -> None:
+    # 8 configurations in the space, 8 trials at once: random draws would repeat one with
+    # probability 1 - 8!/8**8 (99.8 %).
+    space = '{"x": tune.choice([0.1, 0.5]), "k": tune.choice([0, 1, 2, 3])}'
+    path = _experiment(workdir, space=space, concurrent=8, pause=0.2, searcher=f'"{searcher}"')
+    status, out = run_cli("sweep", str(path), "--no-report")
+    assert status == 0, out
+    _, _, children = sweep_runs(workdir, "search")
+    configs = {(r.data.params["x"], r.data.params["k"]) for r in children}
+    assert len(children) == 8 and len(configs) == 8, configs
+
+
+@pytest.mark.slow
+def test_exactly_the_configured_start_up_trials_are_random_at_four_at_once(workdir: Path, searchers: list[Any]) -> None:
+    path = _experiment(workdir, samples=14, concurrent=4, pause=0.1, options='{"n_startup_trials": 6}')
+    status, out = run_cli("sweep", str(path), "--no-report")
+    assert status == 0, out
+    (searcher,) = searchers
+    drawn = [t.user_attrs[DRAWN_BY] for t in searcher.study.trials]
+    # Ray's OptunaSearch draws at random until 6 trials have ended: 6 plus those started
+    # meanwhile (up to 3 more at 4 at once, Ray issue #52535).
+    assert drawn == ["random"] * 6 + ["model"] * 8, drawn
+
+
+@pytest.mark.slow
+def test_reproducible_search_gives_the_same_configurations_at_two_at_once(workdir: Path, searchers: list[Any]) -> None:
+    # Trials of unequal length (pause from x), so that they end in an order that depends on timing.
+    space = '{"x": tune.uniform(0.0, 1.0), "pause": tune.uniform(0.0, 0.3)}'
+    path = _experiment(
+        workdir, space=space, samples=10, concurrent=2, options='{"n_startup_trials": 3, "reproducible": True}'
+    )
+    for name in ("first", "second"):
+        status, out = run_cli("sweep", str(path), "--no-report", "--name", name)
+        assert status == 0, out
+    first, second = ([t.params for t in s.study.trials] for s in searchers)
+    assert len(first) == 10 and first == second
+
+
+def test_auto_picks_by_scheduler_objectives_and_space() -> None:
+    from ray import tune
+
+    def picked(**changes: Any) -> str:
+        return resolve_searcher(make_experiment(searcher="auto", **changes))[0]
+
+    assert picked(scheduler="asha") == "async_bohb"
+    assert picked(scheduler="fifo") == "optuna"
+    assert picked(scheduler="pbt") == "random"
+    assert picked(metric=["loss", "acc"], mode=["min", "max"]) == "optuna"
+    assert picked(space={"opt": tune.choice([{"lr": tune.uniform(0, 1)}, {"m": 1}])}) == "optuna"
+    assert picked(space={"lr": tune.grid_search([0.1, 0.2])}) == "grid"
+    assert resolve_searcher(make_experiment(searcher="random")) == ("random", "as configured")
+
+
+def test_tpe_options_are_checked_before_anything_runs() -> None:
+    from tunetrain.algorithms import build_searcher
+
+    with pytest.raises(ExperimentError, match=r"n_startup_trials.*but got -1"):
+        build_searcher(
+            make_experiment(searcher="optuna", searcher_options={"n_startup_trials": -1}), seed=0, max_concurrent=1
+        )
+    with pytest.raises(ExperimentError, match=r"reproducible.*TPE searchers"):
+        build_searcher(
+            make_experiment(searcher="optuna", searcher_options={"sampler": "cmaes", "reproducible": True}),
+            seed=0,
+            max_concurrent=1,
+        )
+    with pytest.raises(ExperimentError, match="async_bohb"):
+        build_searcher(
+            make_experiment(searcher="async_bohb", metric=["a", "b"], mode=["min", "min"]), seed=0, max_concurrent=1
+        )
