@@ -31,7 +31,7 @@ class Problem:
     space: dict[str, Any]  # Ray Tune domains
     max_t: int  # iterations of a full-budget trial
     value: Callable[[Mapping[str, Any], int], float]  # the metric (minimised) after iteration i
-    cost: Callable[[int], float]  # simulated seconds of iteration i
+    cost: Callable[[Mapping[str, Any], int], float]  # simulated seconds of iteration i of a config
     optimum: float
     kind: str  # "multi-fidelity" or "single-fidelity"
 
@@ -70,7 +70,7 @@ def simulate(problem: Problem, arm: Arm, *, workers: int, wall_s: float | None, 
                 finished = True
                 break
             trial, config = asked
-            heapq.heappush(queue, (clock + problem.cost(1), trial, 1, config))
+            heapq.heappush(queue, (clock + problem.cost(config, 1), trial, 1, config))
             started += 1
         if not queue:
             return events
@@ -83,7 +83,7 @@ def simulate(problem: Problem, arm: Arm, *, workers: int, wall_s: float | None, 
         events.append(Event(clock, compute, trial, step, value))
         last = step >= problem.max_t
         if arm.report(trial, step, value, last=last) and not last:
-            heapq.heappush(queue, (clock + problem.cost(step + 1), trial, step + 1, config))
+            heapq.heappush(queue, (clock + problem.cost(config, step + 1), trial, step + 1, config))
         else:
             ended += 1
             if trials is not None and ended >= trials:

@@ -58,7 +58,7 @@ def test_distribution_in_defaults_is_refused() -> None:
     [
         ("mode", "maximize", "mode must be 'min' or 'max'"),
         ("scheduler", "bohb", "Unknown scheduler 'bohb'; valid schedulers are fifo, asha, hyperband, median, pbt, pb2"),
-        ("searcher", "smac", "Unknown searcher 'smac'; valid searchers are optuna, hyperopt, random"),
+        ("searcher", "smac", "Unknown searcher 'smac'; valid searchers are auto, optuna, async_bohb, hyperopt, random"),
         ("num_samples", 0, "num_samples must be an integer >= 1"),
         ("workers_per_trial", -1, "workers_per_trial must be an integer >= 1"),
         ("placement_strategy", "ANY", "Unknown placement_strategy 'ANY'"),

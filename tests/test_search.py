@@ -154,6 +154,7 @@ def test_auto_picks_by_scheduler_objectives_and_space() -> None:
     assert picked(metric=["loss", "acc"], mode=["min", "max"]) == "optuna"
     assert picked(space={"opt": tune.choice([{"lr": tune.uniform(0, 1)}, {"m": 1}])}) == "optuna"
     assert picked(space={"lr": tune.grid_search([0.1, 0.2])}) == "grid"
+    assert picked(scheduler="asha", searcher_options={"sampler": "cmaes"}) == "optuna"
     assert resolve_searcher(make_experiment(searcher="random")) == ("random", "as configured")
 
 

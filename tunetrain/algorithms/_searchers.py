@@ -160,6 +160,9 @@ def resolve_searcher(experiment: Experiment) -> tuple[str, str]:
         return "optuna", f"auto: {len(experiment.objectives)} objectives (Optuna's NSGA-II)"
     if _space.has_conditional(experiment.space):
         return "optuna", "auto: a conditional space (Optuna's define-by-run TPE)"
+    sampler = experiment.searcher_options.get("sampler", "tpe")
+    if not (isinstance(sampler, str) and sampler == "tpe"):
+        return "optuna", f"auto: searcher_options name Optuna sampler {sampler!r}"
     chosen = _AUTO_FOR.get(experiment.scheduler, "optuna")
     return chosen, f"auto: best measured with scheduler {experiment.scheduler!r} on one objective"
 
