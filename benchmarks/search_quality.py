@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -100,6 +101,8 @@ def problem(name: str) -> sim.Problem:
 def _sf_cost(config: Mapping[str, Any], step: int) -> float:
     """A single-fidelity trial's length: 0.5 to 1.5 s, fixed by its config (trials side by
     side end in an order that depends on them, as real ones do)."""
+    if os.environ.get("TUNETRAIN_BENCH_EQUAL_COST") == "1":  # --equal-cost (set before the worker processes start)
+        return 1.0
     digest = hashlib.sha256(repr(sorted(config.items())).encode()).digest()
     return 0.5 + digest[0] / 255
 
@@ -333,6 +336,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--results", help="a results file of an earlier run: only tabulate and plot it")
+    parser.add_argument("--single-fidelity-only", action="store_true", help="only Branin and Hartmann-6")
+    parser.add_argument("--equal-cost", action="store_true", help="single-fidelity trials all 1 s long")
     args = parser.parse_args()
     mf_run, syne_note = _available(MF_RUN)
     mf_arms = ["tunetrain auto", *mf_run]
@@ -341,6 +346,10 @@ def main() -> None:
     if args.smoke:
         tasks, sf_problems, seeds, ks = MFH[:1], ["branin"], 1, [4]
         BUDGET_TRIALS, SF_TRIALS = 3, 12
+    if args.single_fidelity_only:
+        tasks = []
+    if args.equal_cost:
+        os.environ["TUNETRAIN_BENCH_EQUAL_COST"] = "1"
     jobs = [(t, a, k, s, BUDGET_TRIALS) for t in tasks for a in mf_run for k in ks for s in range(seeds)]
     jobs += [(t, a, k, s, SF_TRIALS) for t in sf_problems for a in SF_ARMS for k in ks for s in range(seeds)]
     jobs += [(t, "tunetrain reproducible", 4, s, BUDGET_TRIALS) for t in tasks[:2] for s in range(seeds)]
@@ -360,6 +369,13 @@ def main() -> None:
         out.write_text(json.dumps({"results": results, "took": took}))
         print(f"results: {out}", file=sys.stderr)
     results = _with_auto(results)
+    if args.single_fidelity_only:
+        print(
+            "\n".join(
+                _single_fidelity(results, sf_problems, ks, seeds) + _reproducible(results, [], sf_problems, seeds)
+            )
+        )
+        return
     if not args.smoke:
         for k in (4,):
             plot(results, mf_arms, k, 0, c.REPO / "docs" / "images" / f"search_quality_wall_k{k}.png")
