@@ -85,7 +85,10 @@ def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
             [DEMO, "--scheduler", "bohb"],
             "Unknown scheduler 'bohb'; valid schedulers are fifo, asha, hyperband, median, pbt, pb2",
         ),
-        ([DEMO, "--searcher", "smac"], "Unknown searcher 'smac'; valid searchers are auto, optuna, async_bohb, hyperopt, random"),
+        (
+            [DEMO, "--searcher", "smac"],
+            "Unknown searcher 'smac'; valid searchers are auto, optuna, async_bohb, hyperopt, random",
+        ),
         _more_workers_than_this_machine_fits(),
         _gpus_this_machine_lacks(),
         ([DEMO, "--num-samples", "0"], "--num-samples must be an integer >= 1"),

@@ -59,7 +59,9 @@ def test_earlier_trials_are_completed_trials_of_the_optuna_study_before_it_sugge
         searcher: Any
         searcher, _ = build_searcher(experiment, seed=1, max_concurrent=1, evaluated=evaluated)
         searcher.set_search_properties("loss", "min", SPACE)
-        return [searcher.suggest(f"t{i}") for i in range(4)], searcher._ot_study  # Ray's private attribute
+        return [
+            searcher.suggest(f"t{i}") for i in range(4)
+        ], searcher.study  # FidelityTPESearch: one objective, a flat space
 
     cold, _ = suggestions(None)
     warm, study = suggestions(earlier)
