@@ -359,3 +359,17 @@ def test_sqlite_experiment_stage_reads_mlflows_experiments_table(tmp_path: Path)
     assert _internals.sqlite_experiment_stage(store, "never") is None
     assert _internals.sqlite_experiment_stage(tmp_path / "none.db", "kept") is None
     assert not (tmp_path / "none.db").exists()  # read-only: nothing created
+
+
+def test_picklable_sampler_lets_optunas_nsga2_be_pickled_and_still_sample() -> None:
+    import pickle
+
+    import optuna
+
+    from tunetrain import _internals
+
+    sampler = _internals.picklable_sampler(optuna.samplers.NSGAIISampler(seed=0))
+    copy = pickle.loads(pickle.dumps(sampler))
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=copy)
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1 - t.suggest_float("y", 0, 1)), n_trials=3)
+    assert len(study.trials) == 3

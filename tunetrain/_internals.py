@@ -486,3 +486,14 @@ def sqlite_experiment_stage(path: str | Path, name: str) -> str | None:
     finally:
         connection.close()
     return str(row[0]) if row else None
+
+
+def picklable_sampler(sampler: Any) -> Any:
+    """``sampler``, picklable if it is one of Optuna 5.1's genetic samplers (NSGA-II/III):
+    their base class (optuna/samplers/_ga/_base.py, 5.1.0) holds a ``threading.Lock`` in the
+    private ``_thread_lock``, and Ray Tune's Tuner pickles the search algorithm into tuner.pkl
+    ("cannot pickle '_thread.lock' object"). The lock guards a cache against other threads;
+    Tune calls its searcher from its one controller thread, so a no-op context stands in."""
+    if type(sampler).__module__.startswith("optuna.") and hasattr(sampler, "_thread_lock"):
+        sampler._thread_lock = contextlib.nullcontext()
+    return sampler

@@ -12,7 +12,7 @@ from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
 
-from tunetrain import _space
+from tunetrain import _internals, _space
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_options
 from tunetrain.algorithms._tpe import FidelityTPESearch
 from tunetrain.errors import ExperimentError
@@ -124,6 +124,7 @@ def build_searcher(
         seed = derive_seed(seed, len(evaluated))
     if isinstance(sampler, str):
         sampler = _optuna_sampler(sampler, seed=seed)
+    sampler = _internals.picklable_sampler(sampler)  # Optuna 5.1's NSGA-II holds a lock
     cls: type[OptunaSearch] = OptunaSearch
     if searcher_owns_space(experiment):
         # Ray's OptunaSearch converts flat spaces only; a conditional one becomes Optuna's own
