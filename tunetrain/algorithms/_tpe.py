@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from tunetrain import _space
 from tunetrain.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
@@ -302,21 +303,11 @@ def _space_size(space: Mapping[str, BaseDistribution]) -> float:
     return size
 
 
-def _flat(point: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flat(point: Mapping[str, Any]) -> dict[str, Any]:
     """A nested config with Optuna's names (Ray's: the path joined with "/")."""
-    out: dict[str, Any] = {}
-    for key, value in point.items():
-        name = f"{prefix}/{key}" if prefix else key
-        out.update(_flat(value, name) if isinstance(value, Mapping) else {name: value})
-    return out
+    return {key.replace(".", "/"): value for key, value in _space.flatten(point).items()}
 
 
 def _nested(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in params.items():
-        *path, last = name.split("/")
-        node = out
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
+    """The nested config of Optuna's "/"-joined names (the inverse of :func:`_flat`)."""
+    return _space.unflatten({name.replace("/", "."): value for name, value in params.items()})
