@@ -62,6 +62,11 @@ def build_searcher(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-trial INFO lines on the console
+    if points and "points_to_evaluate" in options:
+        raise ExperimentError(
+            "searcher_options['points_to_evaluate'] and the baseline trial both give the searcher's first points.",
+            fix="Put those points in the sweep without a baseline (--no-baseline, Experiment.baseline=False).",
+        )
     if name in TPE_SEARCHERS and _fidelity_tpe_applies(experiment, options):
         return _build_fidelity_tpe(
             experiment,
@@ -90,11 +95,6 @@ def build_searcher(
                 fix=f"Drop {key!r} from searcher_options, or use one of those searchers.",
             )
     if points:
-        if "points_to_evaluate" in options:
-            raise ExperimentError(
-                "searcher_options['points_to_evaluate'] and the baseline trial both give the searcher's first points.",
-                fix="Put those points in the sweep without a baseline (--no-baseline, Experiment.baseline=False).",
-            )
         options["points_to_evaluate"] = [
             # Ray's OptunaSearch names nested dimensions by their path joined with "/".
             {key.replace(".", "/"): value for key, value in _space.flatten(point).items()}
@@ -195,11 +195,6 @@ def _build_fidelity_tpe(
             f"Unknown searcher option(s) {', '.join(map(repr, unknown))} for searcher {name!r} (TPE told of early "
             f"stops); valid options are: {', '.join(_TPE_OPTIONS)}.",
             fix="Use only those keys in searcher_options.",
-        )
-    if points and "points_to_evaluate" in options:
-        raise ExperimentError(
-            "searcher_options['points_to_evaluate'] and the baseline trial both give the searcher's first points.",
-            fix="Put those points in the sweep without a baseline (--no-baseline, Experiment.baseline=False).",
         )
     n_startup, reproducible = options.get("n_startup_trials", 10), options.get("reproducible", False)
     if not isinstance(n_startup, int) or isinstance(n_startup, bool) or n_startup < 0:
