@@ -49,7 +49,7 @@ def populate(uri: str, *, trials: int, steps: int) -> None:
 
 
 def tunetrain_load(uri: str) -> tuple[float, int]:
-    from tunetrain.analysis import load_sweep
+    from tunetrain.results.analysis import load_sweep
 
     start = time.perf_counter()
     sweep = load_sweep("load-1", tracking_uri=uri)

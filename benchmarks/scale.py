@@ -34,7 +34,7 @@ def tunetrain_arm(params: dict[str, Any]) -> dict[str, Any]:
     samples = sampler.stop()
     ends = [run.info.end_time / 1000 for run in c.child_runs("bench_busy")]
     slope, peak = slope_per_100(samples, ends)
-    from tunetrain.analysis import load_sweep
+    from tunetrain.results.analysis import load_sweep
 
     start = time.perf_counter()
     trials = load_sweep("scale", tracking_uri=f"sqlite:///{Path.cwd() / 'mlflow.db'}").trials()

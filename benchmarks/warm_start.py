@@ -22,7 +22,7 @@ OPTIMUM = 0.397887
 
 
 def _best(name: str) -> float:
-    from tunetrain.analysis import load_sweep
+    from tunetrain.results.analysis import load_sweep
 
     return float(load_sweep(name).best(1).iloc[0]["best_loss"])
 

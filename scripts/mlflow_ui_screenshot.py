@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunetrain import tracking
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 
 # Headless Chromium on a closed network: no first-run, sync or background connections.
 CHROMIUM_FLAGS = [

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import AnalysedSweep
 from tunetrain import ExperimentError
-from tunetrain.analysis import list_sweeps, load_sweep
+from tunetrain.results.analysis import list_sweeps, load_sweep
 
 
 def _children(sweep: AnalysedSweep) -> tuple[MlflowClient, list]:

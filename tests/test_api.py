@@ -13,7 +13,7 @@ import pytest
 
 import tunetrain
 from tests.conftest import run_cli, write_experiment
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 from tunetrain.tracking import NullRecorder
 
 TOY = """

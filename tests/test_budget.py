@@ -6,8 +6,8 @@ import pytest
 
 from tests.conftest import run_cli, write_experiment
 from tunetrain import ExperimentError
-from tunetrain.analysis import load_sweep
-from tunetrain.budget import BudgetGate, parse_budget
+from tunetrain.results.analysis import load_sweep
+from tunetrain.sweeps.cost.budget import BudgetGate, parse_budget
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_a_malformed_budget_states_the_rule(text: str) -> None:
 
 def test_the_gate_refuses_a_launch_that_would_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr("tunetrain.budget.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("tunetrain.sweeps.cost.budget.time.monotonic", lambda: now[0])
     gate = BudgetGate(parse_budget("10s"), cpus_per_trial=1, gpus_per_trial=0)
     # Nothing has ended: no estimate yet, launches go on while the budget lasts.
     gate.started("a")

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import AnalysedSweep, run_cli
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 
 
 def test_list_shows_each_sweep_with_its_trial_count_and_best_value(analysed_sweep: AnalysedSweep) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli
-from tunetrain import ExperimentError, consent
-from tunetrain.budget import parse_budget
-from tunetrain.estimate import Estimate
+from tunetrain import ExperimentError
+from tunetrain.sweeps.cost import consent
+from tunetrain.sweeps.cost.budget import parse_budget
+from tunetrain.sweeps.cost.estimate import Estimate
 
 
 def _estimate(*, wall_s: float = 60.0, cpu_hours: float = 0.1, gpu_hours: float = 0.0) -> Estimate:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from tunetrain.console import LiveView, summary
 from tunetrain.records import SweepOutcome, TrialRecord
+from tunetrain.sweeps.console import LiveView, summary
 
 
 def record(name: str, status: Any, best: float | None, error: str | None = None) -> TrialRecord:

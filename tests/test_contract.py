@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
 from tests.test_sweep import by_status, sweep_runs
-from tunetrain.analysis import load_sweep
 from tunetrain.experiment import SCHEDULERS, SEARCHERS
+from tunetrain.results.analysis import load_sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

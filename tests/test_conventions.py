@@ -66,7 +66,7 @@ def test_a_store_path_in_a_missing_folder_is_refused_and_not_created(bare_workdi
     assert status == 2 and f"No MLflow store at {missing}" in out and "--tracking-uri" in out, out
     assert not (bare_workdir / "nonexistent").exists()
     with pytest.raises(tunetrain.ExperimentError, match="No MLflow store at"):
-        from tunetrain.analysis import load_sweep
+        from tunetrain.results.analysis import load_sweep
 
         load_sweep(tracking_uri=f"sqlite:///{missing}")
 

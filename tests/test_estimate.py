@@ -4,7 +4,7 @@ import math
 
 from tests.conftest import make_experiment
 from tunetrain import StopRule
-from tunetrain.estimate import describe, estimate, iterations_per_trial
+from tunetrain.sweeps.cost.estimate import describe, estimate, iterations_per_trial
 
 
 def test_asha_keeps_one_in_reduction_factor_at_each_rung() -> None:

@@ -20,7 +20,7 @@ from tunetrain import _internals
 @pytest.fixture()
 def ray_up(ray_cluster: None, tmp_path: Path) -> None:
     """The session's embedded Ray, started as a sweep starts it."""
-    from tunetrain.engine.cluster import connect
+    from tunetrain.sweeps.cluster import connect
 
     connect(None, log_dir=tmp_path / "logs")
 

@@ -32,21 +32,21 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-# What each layer must never import (tunetrain modules, by prefix).
+# What each layer must never import (tunetrain modules, by prefix): cli -> api -> sweeps ->
+# {results, algorithms, trial} -> tracking -> building blocks. Of a sweep's stages only the
+# session (the end-of-sweep report), warm start and the hand-off read the record back.
+_UP = ("tunetrain.api", "tunetrain.cli")
 FORBIDDEN = {
-    "tunetrain.engine": ("tunetrain.api", "tunetrain.cli", "tunetrain.analysis", "tunetrain.report", "tunetrain.plots"),
-    "tunetrain.algorithms": ("tunetrain.api", "tunetrain.cli", "tunetrain.engine", "tunetrain.analysis"),
-    "tunetrain.trial": ("tunetrain.api", "tunetrain.cli", "tunetrain.engine", "tunetrain.analysis"),
-    "tunetrain.tracking": (
-        "tunetrain.api",
-        "tunetrain.cli",
-        "tunetrain.engine",
-        "tunetrain.analysis",
-        "tunetrain.estimate",
-        "tunetrain.algorithms",
-        "tunetrain.trial",
-    ),
     "tunetrain.api": ("tunetrain.cli",),
+    "tunetrain.sweeps": _UP,
+    **{
+        f"tunetrain.sweeps.{stage}": ("tunetrain.results",)
+        for stage in ("run", "callback", "policy", "plan", "cluster", "console", "cost", "resumable", "request")
+    },
+    "tunetrain.results": (*_UP, "tunetrain.sweeps", "tunetrain.algorithms", "tunetrain.trial"),
+    "tunetrain.algorithms": (*_UP, "tunetrain.sweeps", "tunetrain.results"),
+    "tunetrain.trial": (*_UP, "tunetrain.sweeps", "tunetrain.results"),
+    "tunetrain.tracking": (*_UP, "tunetrain.sweeps", "tunetrain.results", "tunetrain.algorithms", "tunetrain.trial"),
 }
 
 

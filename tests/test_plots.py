@@ -8,8 +8,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from tests.conftest import AnalysedSweep
-from tunetrain import ExperimentError, plots
-from tunetrain.analysis import load_sweep
+from tunetrain import ExperimentError
+from tunetrain.results import plots
+from tunetrain.results.analysis import load_sweep
 
 
 def _png(figure: Figure) -> bytes:

@@ -126,7 +126,7 @@ experiment = Experiment(
 
 
 def _no_ray_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunetrain.engine import cluster
+    from tunetrain.sweeps import cluster
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("Ray was started")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -128,12 +128,13 @@ def test_register_without_export_model_registers_the_checkpoint_folder_with_a_no
 def test_the_gpt2_experiment_exports_a_model_mlflow_saves_and_another_process_loads(tmp_path: Path) -> None:
     import torch
 
-    from tunetrain import _space, load_experiment
+    from tunetrain import load_experiment
+    from tunetrain import space as spaces
     from tunetrain.tracking import register_version
 
     gpt2 = load_experiment(EXPERIMENTS / "gpt2_lr.py")
     assert gpt2.export_model is not None and gpt2.export_example is not None
-    config = _space.merge(gpt2.defaults, _space.unflatten(_space.baseline_point(gpt2.space, {})))
+    config = spaces.merge(gpt2.defaults, spaces.unflatten(spaces.baseline_point(gpt2.space, {})))
     file_module = sys.modules[gpt2.train_loop.__module__]  # the experiment file, as load_experiment imported it
     trained = file_module.build_model(config, vocab_size=256)
     torch.save({"model": trained.state_dict()}, tmp_path / "state.pt")  # as the train loop saves it

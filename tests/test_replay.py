@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_cli, write_experiment
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 from tunetrain.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

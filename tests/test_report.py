@@ -7,8 +7,8 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import AnalysedSweep
-from tunetrain.analysis import load_sweep
-from tunetrain.report import write_report
+from tunetrain.results.analysis import load_sweep
+from tunetrain.results.report import write_report
 
 
 def test_the_sweep_ends_with_a_report_logged_on_its_parent_run(analysed_sweep: AnalysedSweep) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from tests.conftest import make_experiment
-from tunetrain.engine.resumable import Resumable, changes
-from tunetrain.engine.run import records_from_journal
+from tunetrain.sweeps.resumable import Resumable, changes
+from tunetrain.sweeps.run import records_from_journal
 from tunetrain.tracking import JournalState
 
 TAGS = {

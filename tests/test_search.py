@@ -63,7 +63,7 @@ def _experiment(folder: Path, **values: Any) -> Path:
 @pytest.fixture()
 def searchers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every searcher the sweeps of a test built (the engine's build_searcher, wrapped)."""
-    import tunetrain.engine.run as run
+    import tunetrain.sweeps.run as run
 
     built: list[Any] = []
     original = run.build_searcher

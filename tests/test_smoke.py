@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, write_experiment
-from tunetrain.analysis import list_sweeps, load_sweep
+from tunetrain.results.analysis import list_sweeps, load_sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

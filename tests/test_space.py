@@ -5,8 +5,10 @@ from typing import Any
 import pytest
 from ray import tune
 
-from tunetrain import ExperimentError, _space
-from tunetrain._space import apply_overrides, flatten, free_dimensions, merge, parse_assignment
+from tunetrain import ExperimentError
+from tunetrain import space as spaces
+from tunetrain.overrides import apply_overrides, parse_assignment, set_flags
+from tunetrain.space import flatten, free_dimensions, merge
 
 
 def test_flatten_joins_nested_keys_with_dots() -> None:
@@ -120,12 +122,12 @@ def test_set_flags_survive_shell_word_splitting_for_every_value_of_the_shipped_e
         return value
 
     experiment = load_experiment(str(EXPERIMENTS / f"{name}.py"))
-    config = _space.flatten(experiment.defaults)
-    config.update(_space.flatten(concrete(dict(experiment.space))))
+    config = spaces.flatten(experiment.defaults)
+    config.update(spaces.flatten(concrete(dict(experiment.space))))
     config["a.phrase"] = "two words, 'quoted'"  # a string no shipped default has
-    words = _space.set_flags(config).split()  # what the shell makes of $(...): no unquoting
+    words = set_flags(config).split()  # what the shell makes of $(...): no unquoting
     assert words[0::2] == ["--set"] * len(config)
-    assert dict(_space.parse_assignment(word) for word in words[1::2]) == config
+    assert dict(parse_assignment(word) for word in words[1::2]) == config
 
 
 def test_the_baseline_is_the_centre_of_each_dimension_unless_named() -> None:
@@ -136,16 +138,16 @@ def test_the_baseline_is_the_centre_of_each_dimension_unless_named() -> None:
         "optimizer": tune.choice(["adam", "sgd", "rmsprop"]),
         "train": {"batch": tune.grid_search([16, 32, 64, 128]), "epochs": 3},
     }
-    point = _space.baseline_point(space, {})
+    point = spaces.baseline_point(space, {})
     assert point["lr"] == pytest.approx(1e-3)  # geometric midpoint on a log scale
     assert point["dropout"] == pytest.approx(0.2)  # 0.25, to the nearest of its 0.1 steps (0.2 or 0.3)
     assert point == {**point, "width": 36, "optimizer": "sgd", "train.batch": 32}
     assert "train.epochs" not in point  # fixed values are the experiment's
-    named = _space.baseline_point(space, {"train": {"batch": 128}, "lr": 1e-4})
+    named = spaces.baseline_point(space, {"train": {"batch": 128}, "lr": 1e-4})
     assert named["train.batch"] == 128 and named["lr"] == 1e-4 and named["width"] == 36
     pinned = {**space, "lr": 0.005}  # --set lr=0.005: the baseline's lr is dropped, not refused
-    assert "lr" not in _space.baseline_point(pinned, {"lr": 1e-4})
+    assert "lr" not in spaces.baseline_point(pinned, {"lr": 1e-4})
     with pytest.raises(ExperimentError, match=r"Experiment.baseline\['width'\]=100: width is searched in \[8, 65\]"):
-        _space.baseline_point(space, {"width": 100})
+        spaces.baseline_point(space, {"width": 100})
     with pytest.raises(ExperimentError, match="names 'momentum', which is not a searched dimension"):
-        _space.baseline_point(space, {"momentum": 0.9})
+        spaces.baseline_point(space, {"momentum": 0.9})

@@ -13,7 +13,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import EXPERIMENTS, REPO, run_cli, write_experiment
-from tunetrain.analysis import load_sweep
+from tunetrain.results.analysis import load_sweep
 from tunetrain.seeding import derive_seed
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -416,7 +416,7 @@ def test_reused_trial_processes_and_torch_trainer_trials_behave_identically(
 def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunetrain.engine import run
+    from tunetrain.sweeps import run
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("broken after the parent run was created")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tunetrain.training import StepRunner, slow_data
+from tunetrain.records import slow_data
+from tunetrain.training import StepRunner
 
 
 def tiny_gpt2(seed: int) -> torch.nn.Module:

@@ -11,8 +11,8 @@ from ray import tune
 from tests.conftest import EXPERIMENTS, make_experiment, run_cli
 from tunetrain import ExperimentError
 from tunetrain.algorithms import build_searcher
-from tunetrain.analysis import load_sweep
-from tunetrain.api._warm import check_searcher, misfit
+from tunetrain.results.analysis import load_sweep
+from tunetrain.sweeps.warm import check_searcher, misfit
 
 SPACE = {"lr": tune.loguniform(1e-4, 1e-1), "net": {"width": tune.randint(8, 65)}}
 

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from ray import cloudpickle  # Ray pickles with its own vendored copy
 
-from tunetrain._space import baseline_point, bounds_problem, is_distribution, is_grid, iter_leaves, merge
 from tunetrain.errors import ExperimentError
 from tunetrain.records import name_problem
+from tunetrain.space import baseline_point, bounds_problem, is_distribution, is_grid, iter_leaves, merge
 
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]

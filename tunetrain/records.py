@@ -228,3 +228,15 @@ def checkpoint_usage(sweep_dir: str | Path) -> tuple[int, int]:
     folders = [p for pattern in ("*/checkpoint_*", "train/*/checkpoint_*") for p in root.glob(pattern) if p.is_dir()]
     size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
     return len(folders), size
+
+
+# What StepStats reports (tunetrain.training), read here without importing torch.
+DATA_TIME = "data_time_s"
+STEP_TIME = "step_time_s"
+
+
+def slow_data(stats: dict[str, float]) -> bool:
+    """Whether a trial's last report says data loading bounds it: more than a third of the
+    step's time spent waiting for batches."""
+    data, step = stats.get(DATA_TIME), stats.get(STEP_TIME)
+    return data is not None and step is not None and step > 0 and data > step / 3

@@ -21,12 +21,10 @@ from typing import Any, Literal
 
 import torch
 
+from tunetrain.records import DATA_TIME, STEP_TIME
+
 Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS = ("fp32", "bf16", "fp16")
-
-# Metric names the helpers report and the sweep summary reads.
-DATA_TIME = "data_time_s"
-STEP_TIME = "step_time_s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,10 +242,3 @@ def _batch_size(batch: Any) -> int:
         if isinstance(item, torch.Tensor):
             return int(item.shape[0])
     return 1
-
-
-def slow_data(stats: dict[str, float]) -> bool:
-    """Whether a trial's last report says data loading bounds it: more than a third of the
-    step's time spent waiting for batches."""
-    data, step = stats.get(DATA_TIME), stats.get(STEP_TIME)
-    return data is not None and step is not None and step > 0 and data > step / 3

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 
@@ -55,7 +55,7 @@ def check_pairing(experiment: Experiment) -> None:
             f"({', '.join(m for m, _ in experiment.objectives)}).",
             fix="Use searcher 'optuna' (NSGA-II by default for several metrics), 'random' or 'grid'.",
         )
-    grids = [key for key, value in _space.iter_leaves(experiment.space) if _space.is_grid(value)]
+    grids = [key for key, value in spaces.iter_leaves(experiment.space) if spaces.is_grid(value)]
     if experiment.searcher == "grid" and not grids:
         raise ExperimentError(
             "Searcher 'grid' runs the tune.grid_search dimensions of the space, but the space has none.",

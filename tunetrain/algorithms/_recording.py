@@ -1,6 +1,6 @@
 """Ray Tune's schedulers with bookkeeping added (never a decision of their own): which
 trials a scheduler stopped before they ended, which PBT exploits happened; and the two hooks
-through which the sweep's policy (tunetrain.engine.policy) acts: before a launch (the budget)
+through which the sweep's policy (tunetrain.sweeps.policy) acts: before a launch (the budget)
 and the trial the scheduler must leave alone (the baseline)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
-from tunetrain import _internals, _space
+from tunetrain import _internals
+from tunetrain import space as spaces
 
 
 class _RecordsDecisions:
@@ -34,7 +35,7 @@ class _RecordsDecisions:
         self.early_stopped: dict[str, int] = {}
         self.exploits: list[dict[str, Any]] = []
         self._deciding: tuple[str, dict[str, Any]] | None = None
-        # The sweep's launch policy (tunetrain.engine.policy, e.g. the budget), asked with
+        # The sweep's launch policy (tunetrain.sweeps.policy, e.g. the budget), asked with
         # Tune's controller before pending trials start: the scheduler's hook is the one
         # place Tune offers before a trial starts; the decision is the policy's.
         self.before_launch: Callable[[Any], None] | None = None
@@ -117,8 +118,8 @@ class RecordsExploits(_internals.RecordsExploits, _RecordsDecisions):
 
     def exploited(self, trial: Any, donor: Any, old_config: dict[str, Any], before: Any) -> None:
         step, donor_step = before
-        keys = [key for key, _ in _space.iter_leaves(self.mutated_space())]
-        flat_old, flat_new = _space.flatten(old_config), _space.flatten(dict(trial.config))
+        keys = [key for key, _ in spaces.iter_leaves(self.mutated_space())]
+        flat_old, flat_new = spaces.flatten(old_config), spaces.flatten(dict(trial.config))
         self.exploits.append(
             {
                 "trial_id": trial.trial_id,

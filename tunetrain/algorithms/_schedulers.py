@@ -14,7 +14,7 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.sample import Categorical, Domain, Float, Integer
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.algorithms._pairing import check_options
 from tunetrain.algorithms._recording import (
     RecordingASHA,
@@ -130,7 +130,7 @@ def _build_pb2(experiment: Experiment, options: dict[str, Any], metric: dict[str
     if "hyperparam_bounds" not in options:
         options["hyperparam_bounds"] = {
             key: [domain.lower, domain.upper]
-            for key, domain in _space.iter_leaves(experiment.space)
+            for key, domain in spaces.iter_leaves(experiment.space)
             if isinstance(domain, Float | Integer)
         }
     if not options["hyperparam_bounds"]:
@@ -153,7 +153,7 @@ def pbt_mutations(space: Mapping[str, Any]) -> dict[str, Any]:
     (PBT multiplies by 0.8 or 1.2, or resamples). Nested dicts stay nested."""
     out: dict[str, Any] = {}
     for key, value in space.items():
-        if _space.is_grid(value):
+        if spaces.is_grid(value):
             out[key] = list(value["grid_search"])
         elif isinstance(value, Mapping):
             inner = pbt_mutations(value)
@@ -172,7 +172,7 @@ class _ClipToSpace:
     def __init__(self, space: Mapping[str, Any]) -> None:
         self.bounds = {
             key: (domain.lower, domain.upper)
-            for key, domain in _space.iter_leaves(space)
+            for key, domain in spaces.iter_leaves(space)
             if isinstance(domain, Float | Integer)
         }
 

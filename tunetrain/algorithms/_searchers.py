@@ -12,7 +12,8 @@ from ray.tune.search import BasicVariantGenerator, SearchAlgorithm, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Quantized
 
-from tunetrain import _internals, _space
+from tunetrain import _internals
+from tunetrain import space as spaces
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_options
 from tunetrain.algorithms._tpe import FidelityTPESearch
 from tunetrain.errors import ExperimentError
@@ -82,7 +83,7 @@ def build_searcher(
         raise ExperimentError(
             "Searcher 'async_bohb' models one objective over a flat space (no choice between sets of "
             f"parameters) with TPE, but got {len(experiment.objectives)} objective(s), "
-            f"{'a conditional' if _space.has_conditional(experiment.space) else 'a flat'} space and "
+            f"{'a conditional' if spaces.has_conditional(experiment.space) else 'a flat'} space and "
             f"sampler {options.get('sampler', 'tpe')!r}.",
             fix="Use searcher 'optuna' (NSGA-II for several objectives, define-by-run TPE for a conditional space).",
         )
@@ -97,7 +98,7 @@ def build_searcher(
     if points:
         options["points_to_evaluate"] = [
             # Ray's OptunaSearch names nested dimensions by their path joined with "/".
-            {key.replace(".", "/"): value for key, value in _space.flatten(point).items()}
+            {key.replace(".", "/"): value for key, value in spaces.flatten(point).items()}
             if name == "optuna"
             else point
             for point in points
@@ -155,11 +156,11 @@ def resolve_searcher(experiment: Experiment) -> tuple[str, str]:
         return name, "as configured"
     if experiment.scheduler in ("pbt", "pb2"):
         return "random", f"auto: scheduler {experiment.scheduler!r} explores by itself, from its population"
-    if any(_space.is_grid(value) for _, value in _space.iter_leaves(experiment.space)):
+    if any(spaces.is_grid(value) for _, value in spaces.iter_leaves(experiment.space)):
         return "grid", "auto: the space has tune.grid_search dimensions"
     if experiment.multi_objective:
         return "optuna", f"auto: {len(experiment.objectives)} objectives (Optuna's NSGA-II)"
-    if _space.has_conditional(experiment.space):
+    if spaces.has_conditional(experiment.space):
         return "optuna", "auto: a conditional space (Optuna's define-by-run TPE)"
     sampler = experiment.searcher_options.get("sampler", "tpe")
     if not (isinstance(sampler, str) and sampler == "tpe"):
@@ -172,7 +173,7 @@ def _fidelity_tpe_applies(experiment: Experiment, options: Mapping[str, Any]) ->
     sampler = options.get("sampler", "tpe")
     return (
         not experiment.multi_objective
-        and not _space.has_conditional(experiment.space)
+        and not spaces.has_conditional(experiment.space)
         and isinstance(sampler, str)
         and sampler == "tpe"
     )
@@ -232,7 +233,7 @@ def _study_with(experiment: Experiment, evaluated: list[tuple[dict[str, Any], li
     empty one. Distributions are Ray's conversion of the space, names joined with "/"."""
     import optuna
 
-    distributions = OptunaSearch.convert_search_space(_space.merge(experiment.defaults, experiment.space))
+    distributions = OptunaSearch.convert_search_space(spaces.merge(experiment.defaults, experiment.space))
     storage = optuna.storages.InMemoryStorage()
     directions: list[Literal["minimize", "maximize"]] = [
         "minimize" if mode == "min" else "maximize" for _, mode in experiment.objectives
@@ -253,7 +254,7 @@ def _study_with(experiment: Experiment, evaluated: list[tuple[dict[str, Any], li
 def searcher_owns_space(experiment: Experiment) -> bool:
     """Whether the searcher gets the search space itself (Tune's param_space then holds only
     constants): Optuna or HyperOpt with a conditional space."""
-    return experiment.searcher in ("optuna", "hyperopt") and _space.has_conditional(experiment.space)
+    return experiment.searcher in ("optuna", "hyperopt") and spaces.has_conditional(experiment.space)
 
 
 def hyperopt_space(space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

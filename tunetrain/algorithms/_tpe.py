@@ -47,7 +47,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
@@ -305,9 +305,9 @@ def _space_size(space: Mapping[str, BaseDistribution]) -> float:
 
 def _flat(point: Mapping[str, Any]) -> dict[str, Any]:
     """A nested config with Optuna's names (Ray's: the path joined with "/")."""
-    return {key.replace(".", "/"): value for key, value in _space.flatten(point).items()}
+    return {key.replace(".", "/"): value for key, value in spaces.flatten(point).items()}
 
 
 def _nested(params: Mapping[str, Any]) -> dict[str, Any]:
     """The nested config of Optuna's "/"-joined names (the inverse of :func:`_flat`)."""
-    return _space.unflatten({name.replace("/", "."): value for name, value in params.items()})
+    return spaces.unflatten({name.replace("/", "."): value for name, value in params.items()})

@@ -8,11 +8,12 @@ its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` 
 """
 
 from tunetrain.api._confirm import ConfirmResult, confirm
-from tunetrain.api._register import Registered, register
 from tunetrain.api._replay import ReplayResult, replay
-from tunetrain.api._result import SweepResult
 from tunetrain.api._smoke import SmokeResult, smoke
-from tunetrain.api._sweep import resolve_experiment, resume, sweep
+from tunetrain.api._sweep import resume, sweep
+from tunetrain.sweeps.handoff import Registered, register
+from tunetrain.sweeps.request import resolve_experiment
+from tunetrain.sweeps.result import SweepResult
 
 __all__ = [
     "ConfirmResult",

@@ -13,10 +13,11 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from tunetrain import _space
-from tunetrain.api._result import SweepResult
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.overrides import apply_overrides
+from tunetrain.sweeps.result import SweepResult
 
 
 @dataclasses.dataclass
@@ -25,7 +26,7 @@ class ConfirmResult:
     still wins."""
 
     sweep: SweepResult
-    table: pd.DataFrame  # tunetrain.analysis.Sweep.confirmation(): trial, original, mean, std, min, max, seeds
+    table: pd.DataFrame  # tunetrain.results.analysis.Sweep.confirmation(): trial, original, mean, std, min, max, seeds
     winner: str  # the original sweep's best trial
     winner_holds: bool
 
@@ -53,9 +54,9 @@ def confirm(
     their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded). The
     recorded file is imported only with the content the sweep recorded, unless
     ``trust_changed_file``."""
-    from tunetrain.analysis import load_sweep, nested_config
-    from tunetrain.api._sweep import recorded_experiment
     from tunetrain.api._sweep import sweep as run_sweep
+    from tunetrain.results.analysis import load_sweep, nested_config
+    from tunetrain.sweeps.request import recorded_experiment
     from tunetrain.tracking import TrackingURI, schema
 
     out = stream or sys.stdout
@@ -85,9 +86,9 @@ def confirm(
             fix="Pass the experiment file with --experiment-file.",
         )
     configs = {
-        str(row["trial"]): _space.flatten(nested_config(_params(original, row["run_id"]))) for _, row in top.iterrows()
+        str(row["trial"]): spaces.flatten(nested_config(_params(original, row["run_id"]))) for _, row in top.iterrows()
     }
-    searched = _space.free_dimensions(exp.space)
+    searched = spaces.free_dimensions(exp.space)
     if not searched:
         raise ExperimentError(
             f"Experiment {exp.name!r} searches no dimension: its trials all run one config.",
@@ -95,9 +96,9 @@ def confirm(
         )
     # Fixed values as the original sweep ran them (its --set), the same for every trial.
     first = next(iter(configs.values()))
-    fixed = {key: first[key] for key in _space.flatten(exp.defaults) if key in first}
-    space, defaults = _space.apply_overrides(exp.space, exp.defaults, fixed)
-    points = [_space.unflatten({key: config[key] for key in searched}) for config in configs.values()]
+    fixed = {key: first[key] for key in spaces.flatten(exp.defaults) if key in first}
+    space, defaults = apply_overrides(exp.space, exp.defaults, fixed)
+    points = [spaces.unflatten({key: config[key] for key in searched}) for config in configs.values()]
     confirming = exp.replace(
         space=space,
         defaults=defaults,
@@ -136,8 +137,8 @@ def confirm(
     store.set_tags(original.run_id, {schema.CONFIRMED_BY_TAG: f"{earlier}, {new_name}" if earlier else new_name})
     value_of = {str(row["trial"]): float(row[f"best_{original.metric}"]) for _, row in top.iterrows()}
     for trial in result.trials:
-        flat = _space.flatten(trial.config)
-        match = next((t for t, config in configs.items() if _space.holds(flat, {k: config[k] for k in searched})), None)
+        flat = spaces.flatten(trial.config)
+        match = next((t for t, config in configs.items() if spaces.holds(flat, {k: config[k] for k in searched})), None)
         run_id = result.run_ids.get(trial.name)
         if match is not None and run_id is not None:
             store.set_tags(run_id, {schema.CONFIRM_OF_TAG: match, schema.CONFIRM_ORIGINAL_TAG: f"{value_of[match]!r}"})
@@ -150,7 +151,7 @@ def confirm(
     if report:
         from pathlib import Path
 
-        from tunetrain.api._execute import end_of_sweep_report
+        from tunetrain.sweeps.session import end_of_sweep_report
 
         end_of_sweep_report(result.outcome, store.tracking_uri, Path(result.storage_path), out)
     return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds)

@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from tunetrain.api._execute import DEFAULT_STORAGE, execute
-from tunetrain.api._result import SweepResult
+from tunetrain.sweeps.result import SweepResult
+from tunetrain.sweeps.session import DEFAULT_STORAGE, execute
 
 
 @dataclasses.dataclass

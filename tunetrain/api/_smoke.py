@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
-from tunetrain.api._execute import execute
-from tunetrain.api._result import SweepResult
-from tunetrain.api._sweep import resolve_experiment
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.sweeps.request import resolve_experiment
+from tunetrain.sweeps.result import SweepResult
+from tunetrain.sweeps.session import execute
 
 
 @dataclasses.dataclass

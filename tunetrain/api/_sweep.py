@@ -1,5 +1,5 @@
 """``tunetrain.sweep`` and ``tunetrain.resume``: the experiment resolved from the call, the
-request saved for a resume, and the run handed to :mod:`tunetrain.api._execute`."""
+request saved for a resume, and the run handed to :mod:`tunetrain.sweeps.session`."""
 
 from __future__ import annotations
 
@@ -10,71 +10,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from tunetrain import _space, records
-from tunetrain.api._execute import DEFAULT_STORAGE, execute
-from tunetrain.api._result import SweepResult
+from tunetrain import records
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
-from tunetrain.experiment import Experiment, file_sha256, load_experiment
+from tunetrain.experiment import Experiment
 from tunetrain.redaction import redact, strip_credentials
+from tunetrain.sweeps.request import SWEEP_FIELDS, resolve_experiment
+from tunetrain.sweeps.result import SweepResult
+from tunetrain.sweeps.session import DEFAULT_STORAGE, execute
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
-
-# Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
-# as sweep() names them.
-SWEEP_FIELDS = (
-    "num_samples",
-    "scheduler",
-    "searcher",
-    "workers_per_trial",
-    "use_gpu",
-    "trial_runner",
-    "max_concurrent",
-    "max_failures",
-    "placement_strategy",
-    "seed",
-    "deterministic",
-    "baseline",
-    "warm_start",
-)
-
-
-def resolve_experiment(
-    experiment: Experiment | str | os.PathLike[str],
-    *,
-    overrides: Mapping[str, Any] | None = None,
-    texts: Mapping[str, str] | None = None,
-    names_used: Mapping[str, str] | None = None,
-    **fields: Any,
-) -> Experiment:
-    """The experiment (or the file's) with ``fields`` changed and ``overrides`` applied
-    (``{"optimizer.lr": 0.1}``: a fixed value, or a dimension pinned), validated again.
-    ``texts`` are the overrides as typed (``--set``), ``names_used`` the names the caller
-    gave the fields (``--num-samples``), for the messages of what is refused."""
-    exp = experiment if isinstance(experiment, Experiment) else load_experiment(os.fspath(experiment))
-    unknown = sorted(set(fields) - set(SWEEP_FIELDS))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {unknown}; the fields a sweep may change: {SWEEP_FIELDS}")
-    changes = {key: value for key, value in fields.items() if value is not None}
-    if changes.get("scheduler", exp.scheduler) != exp.scheduler:
-        changes["scheduler_options"] = {}  # the file's options belong to its own scheduler
-    if changes.get("searcher", exp.searcher) != exp.searcher:
-        changes["searcher_options"] = {}
-    if overrides:
-        changes["space"], changes["defaults"] = _space.apply_overrides(
-            exp.space, exp.defaults, dict(overrides), texts=texts
-        )
-    try:
-        return exp.replace(**changes) if changes else exp
-    except ExperimentError as exc:
-        # Said with the name the caller used for the field (a flag, a keyword), not the
-        # Experiment's: `--num-samples must be ...`, not `Experiment.num_samples must be ...`.
-        names = {field: (names_used or {}).get(field, field) for field in fields if fields[field] is not None}
-        message, fix = exc.message, exc.fix
-        for field, name in names.items():
-            message = message.replace(f"Experiment.{field} ", f"{name} ")
-            fix = fix.replace(f"Set {field} ", f"Set {name} ") if fix else fix
-        raise ExperimentError(message, fix=fix) from None
 
 
 def sweep(
@@ -129,15 +75,15 @@ def sweep(
     would overrun it; ``confirm_above`` (``"10gpu-h"``, ``"2cpu-h"``, ``"1h"``; default
     ``TUNETRAIN_CONFIRM_ABOVE``, else 10gpu-h for GPU sweeps) asks before a sweep whose
     estimate or budget exceeds it, and refuses without a terminal unless ``yes``
-    (:mod:`tunetrain.consent`). ``resume=True`` continues sweep ``name`` (default: the experiment's
+    (:mod:`tunetrain.sweeps.cost.consent`). ``resume=True`` continues sweep ``name`` (default: the experiment's
     newest under ``storage``). ``dry_run`` prints the plan (and a cost estimate after a
     smoke run) and starts nothing. ``recorder`` makes the recorder from
     :class:`tunetrain.tracking.SweepRecorder`'s keywords
     (:class:`tunetrain.tracking.NullRecorder`: recording off). Progress goes to ``stream``
     (default stdout).
     """
-    from tunetrain.budget import parse_budget
-    from tunetrain.engine import resumable as resuming
+    from tunetrain.sweeps import resumable as resuming
+    from tunetrain.sweeps.cost.budget import parse_budget
 
     out = stream or sys.stdout
     fields = {key: value for key, value in locals().items() if key in SWEEP_FIELDS}
@@ -152,7 +98,7 @@ def sweep(
         parse_budget(confirm_above, flag="--confirm-above")
     # The journal keeps the overrides as checked (`--set precision=16` is the string '16'),
     # so that a resume rebuilds the same experiment.
-    resolved = {**_space.flatten(exp.space), **_space.flatten(exp.defaults)}
+    resolved = {**spaces.flatten(exp.space), **spaces.flatten(exp.defaults)}
     request = _request(
         experiment, fields, {key: resolved[key] for key in overrides or {}}, uri_text, address, budget, report
     )
@@ -211,7 +157,7 @@ def resume(
     """Continue sweep ``sweep_name`` (its folder under ``storage``) after a crash or Ctrl+C,
     from the plan it saved when it started: ended trials stay ended, the others go on from
     their checkpoints, every trial in its own MLflow run. ``num_samples`` may grow it."""
-    from tunetrain.engine import resumable as resuming
+    from tunetrain.sweeps import resumable as resuming
 
     header = resuming.header(storage, sweep_name)  # the rest is read once, by the resume
     request = header.get("request")
@@ -281,45 +227,6 @@ def _recorded_uri(uri: str | None) -> TrackingURI | None:
     return TrackingURI(uri, "the sweep's journal") if uri else None
 
 
-def recorded_experiment(
-    given: Experiment | str | os.PathLike[str] | None,
-    recorded: str,
-    *,
-    sha256: str | None,
-    trust_changed_file: bool = False,
-) -> Experiment | None:
-    """The experiment a command about a recorded sweep uses: ``given`` (an Experiment or a
-    file the user named), else the file the sweep recorded, imported only when its content
-    is the one the sweep recorded (``sha256``: see :func:`check_recorded_file`); None when
-    no file is given and the recorded one is not here."""
-    if isinstance(given, Experiment):
-        return given
-    path = os.fspath(given) if given is not None else recorded
-    if not path or (given is None and not os.path.isfile(path)):
-        return None
-    if given is None:
-        check_recorded_file(path, sha256, trust_changed_file=trust_changed_file)
-    return load_experiment(path)
-
-
-def check_recorded_file(path: str | os.PathLike[str], sha256: str | None, *, trust_changed_file: bool) -> None:
-    """Before a file a tracking record names (or holds) is imported, which runs its code:
-    its sha256 must be the one the sweep recorded (``tunetrain.experiment_sha256``). Anyone
-    who can write to a shared tracking server can change a tag or an artifact; a changed
-    file is refused unless ``trust_changed_file`` (``--trust-changed-file``)."""
-    if trust_changed_file:
-        return
-    actual = file_sha256(os.fspath(path))
-    if sha256 != actual:
-        recorded = f"sha256 {sha256[:12]}..." if sha256 else "no sha256"
-        raise ExperimentError(
-            f"The experiment file {os.fspath(path)!r} is not the one the sweep ran: its sha256 is {actual[:12]}..., "
-            f"the sweep recorded {recorded}. Importing it would run code nobody checked.",
-            fix="Check the file (or pass the one you mean with --experiment-file), or pass --trust-changed-file "
-            "(trust_changed_file=True) to import it anyway.",
-        )
-
-
 def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | None) -> list[str]:
     """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
     target = request["experiment"] if request else getattr(experiment, "name", "?")
@@ -334,10 +241,10 @@ def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | No
 def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
     """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
     id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
-    from tunetrain.analysis import _store, load_sweep, nested_config
+    from tunetrain.results.analysis import _store, load_sweep, nested_config
 
     try:
-        return _space.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
+        return spaces.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
     except ExperimentError as not_a_sweep:
         store = _store(tracking_uri)
         try:
@@ -349,4 +256,4 @@ def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
                 fix="Pass a sweep name from `tunetrain list` or a run id from `tunetrain show SWEEP --all-columns`, "
                 "and the store's --tracking-uri.",
             ) from not_a_sweep
-        return _space.flatten(nested_config(run.params))
+        return spaces.flatten(nested_config(run.params))

@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from tunetrain.analysis import nested_config
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, StopRule, load_experiment
 from tunetrain.resources import parse_workers
+from tunetrain.results.analysis import nested_config
 from tunetrain.tracking import RunRecord, SweepStore, schema
 
 REPLAY_OF_TAG = schema.REPLAY_OF_TAG
@@ -68,7 +68,7 @@ def prepare_replay(
 ) -> ReplaySpec:
     """Read the trial's record and build its one-trial experiment (the experiment file is
     downloaded into ``folder``, and imported only with the sha256 the sweep recorded)."""
-    from tunetrain.api._sweep import check_recorded_file
+    from tunetrain.sweeps.request import check_recorded_file
 
     run = store.run(run_id)
     parent_id = run.tags.get(schema.PARENT_TAG)

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from tunetrain import _space
 from tunetrain.experiment import Experiment, StopRule
+from tunetrain.overrides import apply_overrides
 from tunetrain.records import SweepOutcome, TrialRecord
 
 Verdict = Literal["PASS", "FAIL", "SKIP"]
@@ -41,7 +41,7 @@ def smoke_experiment(experiment: Experiment, *, steps: int) -> Experiment:
         raise ValueError(f"A smoke run needs at least 2 steps to see the metric improve, but got {steps=}.")
     space, defaults = experiment.space, experiment.defaults
     if experiment.smoke:
-        space, defaults = _space.apply_overrides(space, defaults, dict(experiment.smoke))
+        space, defaults = apply_overrides(space, defaults, dict(experiment.smoke))
     return experiment.replace(
         space=space,
         defaults=defaults,

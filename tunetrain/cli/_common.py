@@ -34,7 +34,7 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from tunetrain.analysis import load_sweep
+    from tunetrain.results.analysis import load_sweep
 
     return load_sweep(args.sweep, experiment=args.experiment, tracking_uri=_tracking_uri(args))
 

@@ -18,7 +18,7 @@ def list_parser(subparsers: Any) -> None:
 
 
 def list_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain.analysis import list_sweeps
+    from tunetrain.results.analysis import list_sweeps
 
     uri = _tracking_uri(args)
     sweeps = list_sweeps(experiment=args.experiment, tracking_uri=uri, smoke=args.all)
@@ -80,7 +80,7 @@ def best_parser(subparsers: Any) -> None:
 def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     import json
 
-    from tunetrain import _space
+    from tunetrain.overrides import set_flags
 
     sweep = _load(args)
     config = sweep.best_config()
@@ -91,7 +91,7 @@ def best_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> in
         print(json.dumps(config, indent=2, default=str), file=stream)
     elif args.format == "set":
         # One word per value, no shell quotes: `tunetrain sweep FILE $(tunetrain best --format set)`.
-        print(_space.set_flags(config), file=stream)
+        print(set_flags(config), file=stream)
     else:
         if checkpoint is None:
             raise ExperimentError(
@@ -117,7 +117,7 @@ def report_parser(subparsers: Any) -> None:
 
 
 def report_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain.report import write_report
+    from tunetrain.results.report import write_report
 
     sweep = _load(args)
     path = write_report(

@@ -168,8 +168,8 @@ def _workers(text: str) -> int | tuple[int, int]:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
-    from tunetrain._space import parse_assignment
-    from tunetrain.api._sweep import SWEEP_FIELDS
+    from tunetrain.overrides import parse_assignment
+    from tunetrain.sweeps.request import SWEEP_FIELDS
 
     # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
     fields = {field: getattr(args, field) for field in SWEEP_FIELDS}
@@ -290,7 +290,7 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     import shlex
 
     from tunetrain import api
-    from tunetrain.engine import resumable
+    from tunetrain.sweeps import resumable
 
     header = resumable.header(args.storage, args.sweep)  # the rest is read once, by the resume
     argv = shlex.split(str(header.get("command", "")))[3:]  # after "python -m tunetrain"
@@ -360,7 +360,7 @@ def sync_parser(subparsers: Any) -> None:
 
 def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import tracking
-    from tunetrain.engine import resumable
+    from tunetrain.sweeps import resumable
 
     path = resumable.journal_path(args.storage, args.sweep)
     if not path.exists():
@@ -405,7 +405,7 @@ def doctor_parser(subparsers: Any) -> None:
 
 def doctor_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import doctor, tracking
-    from tunetrain.engine.cluster import resolve_address
+    from tunetrain.sweeps.cluster import resolve_address
 
     return doctor.run(
         address=resolve_address(args.address)[0],

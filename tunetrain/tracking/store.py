@@ -1,4 +1,4 @@
-"""Reading sweeps back from any tracking URI (``tunetrain.analysis``, ``list``, ``show``,
+"""Reading sweeps back from any tracking URI (``tunetrain.results.analysis``, ``list``, ``show``,
 ``best``, ``report``, the smoke timings of ``--dry-run``) and checking a store (``doctor``)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Search-space helpers: walk nested dicts, flatten keys with dots, apply `--set` overrides.
+"""The search space: walk nested dicts, flatten keys with dots, the centre and the baseline
+point, a value checked against the dimension it replaces and written as one word (`--set`
+itself is :mod:`tunetrain.overrides`).
 
 Ray Tune's own distribution objects are the vocabulary of a space; this module only
 inspects them (it starts nothing).
@@ -22,10 +24,10 @@ def is_grid(value: Any) -> bool:
 
 def is_distribution(value: Any) -> bool:
     """A Ray Tune distribution (tune.uniform, tune.choice, ...) or tune.grid_search."""
-    return _is_domain(value) or is_grid(value)
+    return is_domain(value) or is_grid(value)
 
 
-def _is_domain(value: Any) -> bool:
+def is_domain(value: Any) -> bool:
     """A Ray Tune distribution. Ray's module is imported only once one exists (none can
     before), so that reading sweeps back (analysis, the CLI's read commands) never imports
     Ray Tune."""
@@ -40,7 +42,7 @@ def bounds_problem(value: Any) -> str | None:
     """Why a numeric distribution's bounds are wrong (lower not below upper), or None: Ray Tune
     takes them at once (tune.loguniform(1e-1, 1e-4)) and the searcher fails after Ray started."""
     lower, upper = getattr(value, "lower", None), getattr(value, "upper", None)
-    if not _is_domain(value) or not isinstance(lower, int | float) or not isinstance(upper, int | float):
+    if not is_domain(value) or not isinstance(lower, int | float) or not isinstance(upper, int | float):
         return None
     return f"its lower bound {lower!r} is not below its upper bound {upper!r}" if lower >= upper else None
 
@@ -83,14 +85,6 @@ def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _set_dotted(mapping: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = mapping
-    for part in parents:
-        node = node[part]
-    node[leaf] = value
-
-
 def parse_value(text: str) -> Any:
     """A `--set` value: a Python literal where it parses as one, else the plain string."""
     try:
@@ -126,125 +120,6 @@ def literal_word(value: Any, *, bare: bool = True) -> str:
     return repr(value)
 
 
-def set_flags(config: Mapping[str, Any]) -> str:
-    """``--set key=value ...`` for every leaf of ``config``, each value one :func:`literal_word`."""
-    return " ".join(f"--set {key}={literal_word(value)}" for key, value in flatten(config).items())
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ExperimentError(
-            f"--set takes key=value, but got {text!r}.",
-            fix="Write e.g. --set train.max_steps=200 (nested keys joined with dots).",
-        )
-    return key.strip(), parse_value(value.strip())
-
-
-def apply_overrides(
-    space: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    overrides: Mapping[str, Any],
-    *,
-    texts: Mapping[str, str] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pin space dimensions or change defaults by dotted key; unknown keys fail listing the
-    valid ones, and each value is checked against what it replaces (see :func:`checked`).
-    ``texts``: the values as the user typed them (``--set``), for the messages."""
-    new_space = copy.deepcopy(dict(space))
-    new_defaults = copy.deepcopy(dict(defaults))
-    default_keys = flatten(new_defaults)
-    # Keys inside a conditional choice's branches: those that pick a branch (a constant such
-    # as optimizer.name=sgd) go first, so that the keys pinned after them are checked
-    # against the branches that are left.
-    ordered = sorted(overrides.items(), key=lambda item: not _picks_branch(new_space, item[0]))
-    for key, value in ordered:
-        text = (texts or {}).get(key)
-        space_keys = flatten(new_space)  # again: picking a branch changes the space's keys
-        branch_keys = _branch_keys(new_space)
-        if key in space_keys:
-            _set_dotted(new_space, key, checked(key, value, space_keys[key], text=text))
-        elif key in default_keys:
-            _set_dotted(new_defaults, key, checked(key, value, default_keys[key], text=text))
-        elif key in branch_keys:
-            _set_in_branches(new_space, key, value, text=text)
-        else:
-            valid = sorted(set(space_keys) | set(default_keys) | set(branch_keys))
-            raise ExperimentError(
-                f"Unknown --set key {key!r}; valid keys are: {', '.join(valid)}.",
-                fix="Use one of those keys (nested keys are joined with dots, e.g. train.max_steps).",
-            )
-    return new_space, new_defaults
-
-
-def _conditional_choices(space: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """(dotted key, choice) for each ``tune.choice`` whose options are dicts (branches)."""
-    for key, value in iter_leaves(space):
-        categories = getattr(value, "categories", None) if _is_domain(value) else None
-        if categories and all(isinstance(option, Mapping) for option in categories):
-            yield key, value
-
-
-def _branch_keys(space: Mapping[str, Any]) -> dict[str, str]:
-    """``{"optimizer.lr": "optimizer", ...}``: each key inside a conditional choice's branches,
-    as ``--set`` names it, and the choice it belongs to."""
-    return {
-        f"{choice_key}.{inner}": choice_key
-        for choice_key, choice in _conditional_choices(space)
-        for branch in choice.categories
-        for inner in flatten(branch)
-    }
-
-
-def _picks_branch(space: Mapping[str, Any], key: str) -> bool:
-    """Whether ``key`` is a branch key that is a constant in some branch (it picks branches)."""
-    choice_key = _branch_keys(space).get(key)
-    if choice_key is None:
-        return False
-    inner = key.removeprefix(choice_key + ".")
-    choice = flatten(space)[choice_key]
-    return any(inner in (leaves := flatten(b)) and not is_distribution(leaves[inner]) for b in choice.categories)
-
-
-def _set_in_branches(space: dict[str, Any], key: str, value: Any, *, text: str | None) -> None:
-    """``--set optimizer.name=sgd`` keeps the branches whose name is sgd; ``--set
-    optimizer.lr=0.01`` pins lr in every branch that searches it (checked against each). The
-    choice stays a choice (of the branches left), so the searchers still see a conditional space."""
-    from ray import tune
-
-    choice_key = _branch_keys(space)[key]
-    inner = key.removeprefix(choice_key + ".")
-    choice = flatten(space)[choice_key]
-    branches = [copy.deepcopy(dict(b)) for b in choice.categories]
-    having = [b for b in branches if inner in flatten(b)]
-    constants_ = [flatten(b)[inner] for b in having if not is_distribution(flatten(b)[inner])]
-    if constants_:  # a branch picker: keep the branches with this value
-        kept = [b for b in branches if inner in flatten(b) and flatten(b)[inner] == value]
-        if not kept:
-            said = f"--set {key}={text if text is not None else literal_word(value)}"
-            raise ExperimentError(
-                f"{said}: {choice_key} is a choice of branches whose {inner} is one of {constants_!r}, "
-                f"but got {value!r}.",
-                fix=f"Pick one of them, e.g. --set {key}={literal_word(constants_[0])}.",
-            )
-    else:  # a branch's own parameter: pinned in each branch that has it
-        kept = branches
-        for branch in having:
-            try:
-                _set_dotted(branch, inner, checked(key, value, flatten(branch)[inner], text=text))
-            except ExperimentError as exc:
-                if len(branches) == 1:
-                    raise
-                pickers = [k for k in _branch_keys(space) if _picks_branch(space, k)]
-                raise ExperimentError(
-                    f"{exc.message.removesuffix('.')} (in the branch {describe(branch)}).",
-                    fix=f"{exc.fix} Or pick a branch first, e.g. --set {pickers[0]}=..." if pickers else exc.fix,
-                ) from None
-    # One branch left: it is the space's value there (a nested dict like any other), which
-    # every searcher handles; several stay a choice, so the searchers still see a conditional.
-    _set_dotted(space, choice_key, kept[0] if len(kept) == 1 else tune.choice(kept))
-
-
 def checked(key: str, value: Any, current: Any, *, text: str | None = None, said: str | None = None) -> Any:
     """``value`` for ``key`` where the experiment has ``current`` (a default or a space
     dimension), checked against it: an int stays an int, a bool takes true/false, a string
@@ -256,7 +131,7 @@ def checked(key: str, value: Any, current: Any, *, text: str | None = None, said
         return ExperimentError(f"{said}: {rule}, but got {value!r}.", fix=fix)
 
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if _is_domain(current):
+    if is_domain(current):
         choices = getattr(current, "categories", None)
         if choices is not None:
             if not any(value == c and type(value) is type(c) for c in choices):
@@ -390,7 +265,7 @@ def describe(value: Any) -> str:
         return f"grid_search({value['grid_search']!r})"
     if isinstance(value, Mapping):  # a branch of a conditional choice
         return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in value.items()) + "}"
-    if _is_domain(value):
+    if is_domain(value):
         if hasattr(value, "categories"):
             return f"choice([{', '.join(describe(c) for c in value.categories)}])"
         sampler = value.get_sampler()

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tunetrain.budget import Budget, parse_budget
 from tunetrain.errors import ExperimentError
+from tunetrain.sweeps.cost.budget import Budget, parse_budget
 
 ENV_VAR = "TUNETRAIN_CONFIRM_ABOVE"
 GPU_DEFAULT = "10gpu-h"
@@ -51,7 +51,7 @@ def _hours(seconds: float) -> str:
 
 def exceeded(limit: Threshold, *, estimate: Any, budget: Budget | None) -> list[str]:
     """Why the sweep is over the threshold (one line per reason); empty when it is not.
-    ``estimate`` is a :class:`tunetrain.estimate.Estimate` or None."""
+    ``estimate`` is a :class:`tunetrain.sweeps.cost.estimate.Estimate` or None."""
     kind, unit = limit.budget.kind, _UNIT[limit.budget.kind]
     reasons = []
     if estimate is not None:

@@ -1,6 +1,6 @@
 """Sweeps as pandas tables, read from MLflow (any tracking URI, not Ray's files).
 
-    from tunetrain.analysis import list_sweeps, load_sweep
+    from tunetrain.results.analysis import list_sweeps, load_sweep
 
     sweep = load_sweep()                 # the newest sweep in ./mlflow.db
     sweep.trials()                       # one row per trial
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.records import against_baseline
 from tunetrain.tracking import RunRecord, SweepStore, check_existing, resolve_tracking_uri, schema
@@ -41,7 +41,7 @@ def _value(text: str) -> Any:
 def nested_config(params: dict[str, str]) -> dict[str, Any]:
     """A trial's config as its train loop received it, from its MLflow params (dotted keys
     nested again, values typed back; ``tunetrain.*`` params left out)."""
-    return _space.unflatten({k: _value(v) for k, v in params.items() if not k.startswith(schema.TAG_PREFIX)})
+    return spaces.unflatten({k: _value(v) for k, v in params.items() if not k.startswith(schema.TAG_PREFIX)})
 
 
 def _objectives(tags: dict[str, str]) -> list[tuple[str, Mode]]:

@@ -15,13 +15,13 @@ from typing import Any
 from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 
-from tunetrain import _space
-from tunetrain.budget import BudgetGate
-from tunetrain.console import LiveView
-from tunetrain.engine.plan import SweepPlan, train_storage
-from tunetrain.engine.policy import SweepStopper, end_status
+from tunetrain import space as spaces
 from tunetrain.records import ENDED, TrialRecord, error_headline
 from tunetrain.seeding import derive_seed
+from tunetrain.sweeps.console import LiveView
+from tunetrain.sweeps.cost.budget import BudgetGate
+from tunetrain.sweeps.plan import SweepPlan, train_storage
+from tunetrain.sweeps.policy import SweepStopper, end_status
 from tunetrain.tracking import Recorder, schema
 from tunetrain.trial import (
     DIVERGED_KEY,
@@ -114,7 +114,7 @@ class SweepCallback(tune.Callback):
             self.budget_gate.started(trial.trial_id)
         self.recorder.start_trial(
             name,
-            params={**_space.flatten(record.config), schema.SEED_TAG: record.seed},
+            params={**spaces.flatten(record.config), schema.SEED_TAG: record.seed},
             tags={
                 schema.TRIAL_ID_TAG: trial.trial_id,
                 schema.TRIAL_INDEX_TAG: index,
@@ -207,10 +207,10 @@ class SweepCallback(tune.Callback):
         )
 
     def _mutable_values(self, config: Mapping[str, Any]) -> dict[str, float]:
-        free = set(_space.free_dimensions(self.plan.experiment.space))
+        free = set(spaces.free_dimensions(self.plan.experiment.space))
         return {
             schema.PBT_METRIC_PREFIX + key: float(value)
-            for key, value in _space.flatten(config).items()
+            for key, value in spaces.flatten(config).items()
             if key in free and isinstance(value, int | float) and not isinstance(value, bool)
         }
 
@@ -277,7 +277,7 @@ class SweepCallback(tune.Callback):
 
     def _end_oom(self, record: TrialRecord, oom: Mapping[str, Any]) -> None:
         """End a trial that ran out of memory: its peak memory and batch settings go on its run."""
-        settings = {k: v for k, v in _space.flatten(record.config).items() if _BATCH_SETTING.search(k)}
+        settings = {k: v for k, v in spaces.flatten(record.config).items() if _BATCH_SETTING.search(k)}
         tags: dict[str, Any] = {schema.OOM_BATCH_SETTINGS_TAG: json.dumps(settings, default=str)}
         if oom.get("peak_memory_gib") is not None:
             tags[schema.OOM_PEAK_MEMORY_TAG] = oom["peak_memory_gib"]

@@ -1,4 +1,4 @@
-"""``tunetrain.register``: a sweep's best trial (or a named one) in MLflow's Model Registry,
+"""The hand-off, ``tunetrain.register``: a sweep's best trial (or a named one) in MLflow's Model Registry,
 from its best kept checkpoint; also what a sweep does at its end unless ``--no-register``."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import os
 from typing import Any, TextIO
 
-from tunetrain.api._sweep import recorded_experiment
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.sweeps.request import recorded_experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ def register(
     checkpoint folder is logged on the trial's run and registered as it is, with a note.
     The recorded file is imported only with the content the sweep recorded, unless
     ``trust_changed_file``."""
-    from tunetrain.analysis import load_sweep, nested_config
+    from tunetrain.results.analysis import load_sweep, nested_config
     from tunetrain.tracking import register_version, schema
 
     found = load_sweep(sweep, tracking_uri=tracking_uri)

@@ -15,7 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tunetrain import _space, provenance
+from tunetrain import provenance
+from tunetrain import space as spaces
 from tunetrain.algorithms import (
     asha_rungs,
     build_scheduler,
@@ -24,15 +25,15 @@ from tunetrain.algorithms import (
     resolve_searcher,
     searcher_owns_space,
 )
-from tunetrain.budget import Budget
-from tunetrain.engine.policy import budget_gate
-from tunetrain.engine.resumable import local_dir
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import name_problem
 from tunetrain.redaction import redact
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import draw_root_seed
+from tunetrain.sweeps.cost.budget import Budget
+from tunetrain.sweeps.policy import budget_gate
+from tunetrain.sweeps.resumable import local_dir
 from tunetrain.tracking import JOURNAL_NAME, schema
 
 
@@ -111,8 +112,8 @@ class SweepPlan:
         holds the space itself (Optuna with a conditional space)."""
         space = self.experiment.space
         if searcher_owns_space(self.experiment):
-            space = _space.constants(space)
-        return _space.merge(self.experiment.defaults, space)
+            space = spaces.constants(space)
+        return spaces.merge(self.experiment.defaults, space)
 
 
 def plan_sweep(
@@ -150,9 +151,9 @@ def plan_sweep(
         strategy=experiment.placement_strategy,
         nodes=nodes,
     )
-    free = _space.free_dimensions(experiment.space)
+    free = spaces.free_dimensions(experiment.space)
     baseline, baseline_note = _baseline(experiment, free)
-    if baseline is not None and any(_space.holds(point, baseline) for point, _ in warm_points):
+    if baseline is not None and any(spaces.holds(point, baseline) for point, _ in warm_points):
         baseline, baseline_note = (
             None,
             ("no baseline trial: a warm-start trial ran the same config (its result is in the searcher's study)"),
@@ -212,21 +213,21 @@ def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] |
         return None, ""
     if not free:
         return None, "no baseline trial: every dimension is pinned, so every trial is the baseline"
-    searched = dict(_space.iter_leaves(experiment.space))
-    if all(_space.is_grid(searched[key]) for key in free):
+    searched = dict(spaces.iter_leaves(experiment.space))
+    if all(spaces.is_grid(searched[key]) for key in free):
         return None, "no baseline trial: every searched dimension is a grid, and every grid point runs"
-    if _space.has_conditional(experiment.space):
+    if spaces.has_conditional(experiment.space):
         return None, (
             "no baseline trial: the space is conditional (a choice between sets of parameters), which has "
             "no single centre; set Experiment.baseline=False to silence this, or pin a branch with --set"
         )
     given = experiment.baseline if not isinstance(experiment.baseline, bool) else {}
-    return _space.baseline_point(experiment.space, given), ""
+    return spaces.baseline_point(experiment.space, given), ""
 
 
 def searcher_points(baseline: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     """The searcher's points to evaluate first: the baseline (nested, as the space is)."""
-    return [_space.unflatten(baseline)] if baseline is not None else None
+    return [spaces.unflatten(baseline)] if baseline is not None else None
 
 
 def train_storage(plan: SweepPlan) -> str:
@@ -246,10 +247,10 @@ def describe_plan(plan: SweepPlan) -> str:
     exp = plan.experiment
     lines = [f"Sweep {plan.sweep_name} of experiment {exp.name!r} ({exp.source_path})"]
     lines.append("Search space:")
-    for key, value in _space.iter_leaves(exp.space):
-        lines.append(f"  {key} = {_space.describe(value)}")
+    for key, value in spaces.iter_leaves(exp.space):
+        lines.append(f"  {key} = {spaces.describe(value)}")
     lines.append("Fixed values:")
-    for key, value in _space.iter_leaves(exp.defaults):
+    for key, value in spaces.iter_leaves(exp.defaults):
         lines.append(f"  {key} = {value!r}")
     stop = exp.stop
     lines += [
@@ -287,9 +288,9 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
     exp = plan.experiment
     params: dict[str, Any] = {
-        schema.SPACE_PARAM_PREFIX + k: _space.describe(v) for k, v in _space.iter_leaves(exp.space)
+        schema.SPACE_PARAM_PREFIX + k: spaces.describe(v) for k, v in spaces.iter_leaves(exp.space)
     }
-    params.update({schema.DEFAULT_PARAM_PREFIX + k: v for k, v in _space.iter_leaves(exp.defaults)})
+    params.update({schema.DEFAULT_PARAM_PREFIX + k: v for k, v in spaces.iter_leaves(exp.defaults)})
     cpus = sum(node.get("CPU", 0.0) for node in plan.nodes)
     gpus = sum(node.get("GPU", 0.0) for node in plan.nodes)
     tags: dict[str, Any] = {
@@ -302,7 +303,7 @@ def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
         schema.SEARCHER_NOTE_TAG: plan.searcher_note,
         schema.METRIC_TAG: exp.primary_metric,
         schema.MODE_TAG: exp.primary_mode,
-        # Every objective, so that readers (tunetrain.analysis) know them even if the sweep dies.
+        # Every objective, so that readers (tunetrain.results.analysis) know them even if the sweep dies.
         schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
         schema.NUM_SAMPLES_TAG: exp.num_samples,
         schema.ROOT_SEED_TAG: plan.root_seed,

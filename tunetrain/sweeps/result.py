@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 
 
@@ -32,7 +32,7 @@ class SweepResult:
     interrupted: bool = False
     error: str | None = None
     outcome: Any = None  # tunetrain.records.SweepOutcome (None for a dry run)
-    plan: Any = None  # tunetrain.engine.plan.SweepPlan
+    plan: Any = None  # tunetrain.sweeps.plan.SweepPlan
     registered: Any = None  # tunetrain.api.Registered: the best trial's model version, if registered
 
     @property
@@ -79,19 +79,19 @@ class SweepResult:
                 "status": t.status,
                 "iterations": t.iterations,
                 f"best_{self.metric}": t.best_value,
-                **{f"config/{k}": v for k, v in _space.flatten(t.config).items()},
+                **{f"config/{k}": v for k, v in spaces.flatten(t.config).items()},
             }
             for t in self.trials
         ]
         return pd.DataFrame(rows)
 
     def analysis(self) -> Any:
-        """The sweep as :class:`tunetrain.analysis.Sweep` reads it back from MLflow."""
+        """The sweep as :class:`tunetrain.results.analysis.Sweep` reads it back from MLflow."""
         if self.parent_run_id is None:
             raise ExperimentError(
                 f"Sweep {self.name!r} has no MLflow record (recording was off, or it was a dry run).",
                 fix="Run it with the default recorder to analyse it from MLflow.",
             )
-        from tunetrain.analysis import load_sweep
+        from tunetrain.results.analysis import load_sweep
 
         return load_sweep(self.parent_run_id, tracking_uri=self.tracking_uri)

@@ -12,10 +12,11 @@ from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from tunetrain import _internals, _space, tracking
-from tunetrain.budget import Budget, BudgetGate
+from tunetrain import _internals, tracking
+from tunetrain import space as spaces
 from tunetrain.experiment import Experiment
 from tunetrain.records import TrialRecord, TrialStatus
+from tunetrain.sweeps.cost.budget import Budget, BudgetGate
 
 # Keys Tune adds to every result; everything else in a result is the user's metric.
 _BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
@@ -128,7 +129,7 @@ class BaselineTrial:
         self.trial_id = trial_id
 
     def __call__(self, trial: Any) -> bool:
-        if self.trial_id is None and _space.holds(_space.flatten(dict(trial.config)), self.point):
+        if self.trial_id is None and spaces.holds(spaces.flatten(dict(trial.config)), self.point):
             self.trial_id = trial.trial_id
         return trial.trial_id == self.trial_id
 

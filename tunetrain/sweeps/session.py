@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tunetrain import _space
-from tunetrain.api._result import SweepResult
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
 from tunetrain.storage import check_storage
+from tunetrain.sweeps.result import SweepResult
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -46,10 +46,10 @@ def execute(
     recorder: Callable[..., Any] | None = None,
     view: Callable[..., Any] | None = None,
 ) -> SweepResult:
-    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.engine.resumable.Resumable`)."""
+    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.sweeps.resumable.Resumable`)."""
     from tunetrain import tracking
-    from tunetrain.engine import cluster, run
-    from tunetrain.engine import plan as planning
+    from tunetrain.sweeps import cluster, run
+    from tunetrain.sweeps import plan as planning
 
     # The store and the cluster, as MLflow's and Ray's tools find them (flag, then
     # MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default); a server that does not
@@ -85,7 +85,7 @@ def execute(
             )
     warm = None
     if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
-        from tunetrain.api._warm import read_warm_start
+        from tunetrain.sweeps.warm import read_warm_start
 
         warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=tracking_uri)
         for line in warm.lines:
@@ -112,7 +112,7 @@ def execute(
     if (warning := budget_warning(plan.experiment)) is not None:
         print(f"tunetrain: warning: {warning}", file=stream, flush=True)
     if experiment.preflight is not None:  # a dry run too: it says whether the sweep would start
-        experiment.preflight(_space.merge({}, experiment.defaults))  # a copy: preflight cannot change it
+        experiment.preflight(spaces.merge({}, experiment.defaults))  # a copy: preflight cannot change it
     if dry_run:
         _dry_run(plan, require_estimate=require_estimate, stream=stream)
         return SweepResult(
@@ -155,7 +155,7 @@ def execute(
         recorder=recorder or tracking.SweepRecorder,
         **({"view": view} if view is not None else {}),
     )
-    from tunetrain.console import summary
+    from tunetrain.sweeps.console import summary
 
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
@@ -187,7 +187,7 @@ def execute(
         status = "all_failed"
     registered = None
     if register and status == "ok" and outcome.parent_run_id and not outcome.interrupted:
-        from tunetrain.api._register import register_at_end
+        from tunetrain.sweeps.handoff import register_at_end
 
         registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream)
     return SweepResult(
@@ -211,8 +211,9 @@ def execute(
 
 def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
     """The plan, and its cost from the newest smoke run of the same trial shape."""
-    from tunetrain import estimate, tracking
-    from tunetrain.engine.plan import describe_plan, trial_shape
+    from tunetrain import tracking
+    from tunetrain.sweeps.cost import estimate
+    from tunetrain.sweeps.plan import describe_plan, trial_shape
 
     experiment = plan.experiment
     print(describe_plan(plan), file=stream)
@@ -239,9 +240,10 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
 
 def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO) -> str:
     """``--confirm-above``: ask (or refuse) when the sweep's estimate or budget exceeds the
-    threshold (:mod:`tunetrain.consent`); what is recorded on the parent run."""
-    from tunetrain import consent, estimate, tracking
-    from tunetrain.engine.plan import trial_shape
+    threshold (:mod:`tunetrain.sweeps.cost.consent`); what is recorded on the parent run."""
+    from tunetrain import tracking
+    from tunetrain.sweeps.cost import consent, estimate
+    from tunetrain.sweeps.plan import trial_shape
 
     experiment = plan.experiment
     gpus = experiment.max_workers * experiment.worker_resources.get("GPU", 0.0)
@@ -268,8 +270,8 @@ def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO)
 
 def _resumed_plan(plan: Any, resume: Any) -> Any:
     """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
-    from tunetrain.engine import resumable as resuming
-    from tunetrain.engine.plan import sweep_tags
+    from tunetrain.sweeps import resumable as resuming
+    from tunetrain.sweeps.plan import sweep_tags
 
     plan = dataclasses.replace(plan, sweep_id=resume.sweep_id, resume=True)
     params, tags = sweep_tags(plan)
@@ -295,8 +297,8 @@ def _resumed_plan(plan: Any, resume: Any) -> Any:
 def end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
     """The sweep report, written after the summary; a failure here never changes the sweep's
     result (everything is recorded already), it is only said."""
-    from tunetrain.analysis import load_sweep
-    from tunetrain.report import write_report
+    from tunetrain.results.analysis import load_sweep
+    from tunetrain.results.report import write_report
 
     try:
         sweep = load_sweep(outcome.parent_run_id, tracking_uri=tracking_uri)

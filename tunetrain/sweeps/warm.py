@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tunetrain import _space
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 
@@ -50,7 +50,7 @@ def check_searcher(experiment: Experiment) -> None:
             "to evaluate but not their results (no evaluated_rewards), so it would run them again.",
             fix="Use --searcher optuna, which takes earlier trials as completed trials of its study.",
         )
-    if _space.has_conditional(experiment.space):
+    if spaces.has_conditional(experiment.space):
         raise ExperimentError(
             "--warm-start is not available for a conditional space (a choice between sets of parameters): "
             "Optuna's define-by-run study has no fixed distributions to add earlier trials to.",
@@ -60,7 +60,7 @@ def check_searcher(experiment: Experiment) -> None:
 
 def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri: str) -> WarmStart:
     """The evaluated points the sweeps (or trials) ``refs`` give ``experiment``."""
-    from tunetrain.analysis import _store, load_sweep, nested_config
+    from tunetrain.results.analysis import _store, load_sweep, nested_config
 
     check_searcher(experiment)
     points: list[tuple[dict[str, Any], list[float]]] = []
@@ -83,12 +83,12 @@ def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri
         completed = [run for run in runs if run.tags.get("tunetrain.status") == "completed"]
         used = 0
         for run in sorted(completed, key=lambda r: r.name):
-            config = _space.flatten(nested_config(run.params))
+            config = spaces.flatten(nested_config(run.params))
             why = misfit(config, experiment) or _no_values(run.metrics, experiment)
             if why:
                 lines.append(f"warm start: skipped {label}/{run.name}: {why}")
                 continue
-            searched = {key: config[key] for key in _space.free_dimensions(experiment.space)}
+            searched = {key: config[key] for key in spaces.free_dimensions(experiment.space)}
             points.append((searched, [float(run.metrics[metric]) for metric, _ in experiment.objectives]))
             used += 1
         sources.append(f"{label} ({used} of {len(completed)} completed trials)")
@@ -99,25 +99,25 @@ def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri
 
 def misfit(config: dict[str, Any], experiment: Experiment) -> str:
     """Why an earlier trial's config (flat) does not fit the experiment's space; "" when it does."""
-    space = _space.flatten(experiment.space)
-    fixed = {**_space.flatten(experiment.defaults), **{k: v for k, v in space.items() if not _space.is_distribution(v)}}
+    space = spaces.flatten(experiment.space)
+    fixed = {**spaces.flatten(experiment.defaults), **{k: v for k, v in space.items() if not spaces.is_distribution(v)}}
     for key, dimension in space.items():
-        if not _space.is_distribution(dimension):
+        if not spaces.is_distribution(dimension):
             continue
         if key not in config:
             return f"it has no value of {key}, which this sweep searches (a dimension added since)"
-        if _space.is_grid(dimension):
+        if spaces.is_grid(dimension):
             if config[key] not in dimension["grid_search"]:
-                return f"{key}={config[key]!r} is not a point of this sweep's {_space.describe(dimension)}"
+                return f"{key}={config[key]!r} is not a point of this sweep's {spaces.describe(dimension)}"
             continue
         try:
-            _space.checked(key, config[key], dimension, said=f"{key}={config[key]!r}")
+            spaces.checked(key, config[key], dimension, said=f"{key}={config[key]!r}")
         except ExperimentError as outside:
             return f"{outside.message.rstrip('.')} (this sweep's range)"
     for key, value in config.items():
         if key not in space and key not in fixed:
             return f"it has {key}={value!r}, which this experiment no longer has (a dimension removed)"
-        if key in fixed and not _space.same_value(value, fixed[key]):
+        if key in fixed and not spaces.same_value(value, fixed[key]):
             return f"its fixed value {key}={value!r} differs from this sweep's {fixed[key]!r}"
     return ""
 

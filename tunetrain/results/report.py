@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from tunetrain.analysis import Sweep
-from tunetrain.plots import importance_omitted, sweep_figures
+from tunetrain.results.analysis import Sweep
+from tunetrain.results.plots import importance_omitted, sweep_figures
 
 __all__ = ["write_report"]
 

@@ -8,9 +8,9 @@ import time
 from collections import Counter
 from typing import TextIO
 
-from tunetrain._space import flatten
 from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
 from tunetrain.redaction import redact
+from tunetrain.space import flatten
 
 _ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
@@ -196,7 +196,7 @@ _REMEDIES = (
 def _diagnoses(trials: list[TrialRecord]) -> list[str]:
     """Lines on trials that ran out of memory (with the remedies the experiment exposes) and
     on trials whose data loading takes over a third of each step."""
-    from tunetrain.training import slow_data
+    from tunetrain.records import slow_data
 
     lines: list[str] = []
     oom = [t for t in trials if t.status == "oom"]

@@ -12,20 +12,21 @@ from typing import Any, TextIO
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from tunetrain import _internals, _space, provenance
+from tunetrain import _internals, provenance
+from tunetrain import space as spaces
 from tunetrain.algorithms import (
     build_scheduler,
     build_searcher,
     searcher_live_limit,
 )
-from tunetrain.console import LiveView
-from tunetrain.engine.callback import SweepCallback
-from tunetrain.engine.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
-from tunetrain.engine.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.redaction import redact
+from tunetrain.sweeps.callback import SweepCallback
+from tunetrain.sweeps.console import LiveView
+from tunetrain.sweeps.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
+from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
 from tunetrain.tracking import Journal, JournalState, Recorder, SweepRecorder, schema
 from tunetrain.trial import (
     DRIVER_RESOURCES,
@@ -55,7 +56,7 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
                 index=int(tags[schema.TRIAL_INDEX_TAG]),
                 trial_id=str(tags[schema.TRIAL_ID_TAG]),
                 # The journal keeps the values themselves (the seed is a tunetrain.* param).
-                config=_space.unflatten(
+                config=spaces.unflatten(
                     {k: v for k, v in entry["params"].items() if not k.startswith(schema.TAG_PREFIX)}
                 ),
                 seed=int(tags[schema.SEED_TAG]),
@@ -327,7 +328,7 @@ def run_sweep(
             log_path=str(log_dir),
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
             stop_reason=gate.reason if gate is not None and gate.refused else "",
-            searched=_space.free_dimensions(exp.space),
+            searched=spaces.free_dimensions(exp.space),
         )
         pareto_tags: dict[str, Any] = {}
         if outcome.stop_reason:

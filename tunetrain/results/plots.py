@@ -1,6 +1,6 @@
 """Plots of a recorded sweep, as matplotlib figures (``fig.savefig("x.png")`` saves one).
 
-Every function takes a :class:`tunetrain.analysis.Sweep` and returns a new
+Every function takes a :class:`tunetrain.results.analysis.Sweep` and returns a new
 ``matplotlib.figure.Figure`` (not through pyplot, so nothing global changes and nothing
 needs a display). :func:`sweep_figures` gives the ones that fit the sweep.
 """
@@ -17,8 +17,8 @@ from matplotlib import colormaps
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from tunetrain.analysis import Sweep
 from tunetrain.errors import ExperimentError
+from tunetrain.results.analysis import Sweep
 from tunetrain.tracking import schema
 
 __all__ = [

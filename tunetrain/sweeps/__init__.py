@@ -1,0 +1,24 @@
+"""A sweep's life, one module per stage (layers import downwards only):
+
+- :mod:`~tunetrain.sweeps.request`: what was asked (the experiment, the changed fields, the
+  overrides, where it runs), built once by the CLI or :func:`tunetrain.sweep`;
+- :mod:`~tunetrain.sweeps.session`: request -> plan -> dry run or run -> result;
+- :mod:`~tunetrain.sweeps.cluster`: connect to Ray (embedded or a cluster), its nodes;
+- :mod:`~tunetrain.sweeps.warm`: the earlier sweeps' trials a warm start hands the searcher;
+- :mod:`~tunetrain.sweeps.plan`: the experiment checked against the cluster, a SweepPlan;
+- :mod:`~tunetrain.sweeps.cost`: budget, cost estimate, consent before a costly sweep;
+- :mod:`~tunetrain.sweeps.policy`: every decision about a trial tunetrain takes (stop rule,
+  bad input, diverged, budget, end status); the scheduler decides the rest;
+- :mod:`~tunetrain.sweeps.callback`: the Tune callback; records, decides nothing;
+- :mod:`~tunetrain.sweeps.run`: run a plan through Ray Tune and close its record;
+- :mod:`~tunetrain.sweeps.resumable`: which sweep a resume continues, what changed;
+- :mod:`~tunetrain.sweeps.console`: the live status line and the summary;
+- :mod:`~tunetrain.sweeps.result`: the typed :class:`SweepResult` a sweep hands back.
+
+(Not ``tunetrain.sweep``: that name is the user's function, and a subpackage of the same
+name would replace it as an attribute of ``tunetrain`` once imported.)
+
+The searchers and schedulers (:mod:`tunetrain.algorithms`) propose and decide; the trial
+runner (:mod:`tunetrain.trial`) runs one trial; the recorder (:mod:`tunetrain.tracking`)
+writes what the callback hands it. The read side is :mod:`tunetrain.results`.
+"""
