@@ -9,10 +9,10 @@ its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` 
 
 from tunetrain.api._confirm import ConfirmResult, confirm
 from tunetrain.api._replay import ReplayResult, replay
-from tunetrain.api._smoke import SmokeResult, smoke
-from tunetrain.api._sweep import resume, sweep
+from tunetrain.api._smoke import SmokeResult, smoke, smoke_request
+from tunetrain.api._sweep import resume, run_request, sweep
 from tunetrain.sweeps.handoff import Registered, register
-from tunetrain.sweeps.request import resolve_experiment
+from tunetrain.sweeps.request import SweepRequest, resolve_experiment
 from tunetrain.sweeps.result import SweepResult
 
 __all__ = [
@@ -20,12 +20,15 @@ __all__ = [
     "Registered",
     "ReplayResult",
     "SmokeResult",
+    "SweepRequest",
     "SweepResult",
     "confirm",
     "register",
     "replay",
     "resolve_experiment",
     "resume",
+    "run_request",
     "smoke",
+    "smoke_request",
     "sweep",
 ]

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
-from tunetrain.sweeps.request import resolve_experiment
+from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
 from tunetrain.sweeps.session import execute
 
@@ -41,7 +41,6 @@ def smoke(
     name: str | None = None,
     stream: TextIO | None = None,
     command: list[str] | None = None,
-    _as_typed: tuple[Mapping[str, str], Mapping[str, str]] | None = None,
     **fields: Any,
 ) -> SmokeResult:
     """Run one tiny trial of ``steps`` iterations (FIFO, random search, the experiment's smoke
@@ -49,6 +48,22 @@ def smoke(
     a checkpoint saves and loads back (a second tiny trial starts from the latest), and the
     start-up and step times (recorded, for ``sweep(..., dry_run=True)``'s estimate).
     ``fields`` change the experiment as :func:`tunetrain.sweep`'s keywords do."""
+    request = SweepRequest(
+        experiment=experiment if isinstance(experiment, Experiment) else os.fspath(experiment),
+        fields=fields,
+        overrides=dict(overrides or {}),
+        tracking_uri=tracking_uri,
+        storage=storage,
+        address=address,
+        name=name,
+        command=tuple(command) if command is not None else None,
+    )
+    return smoke_request(request, steps=steps, stream=stream)
+
+
+def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | None = None) -> SmokeResult:
+    """:func:`smoke` of the experiment ``request`` asks for (what ``tunetrain sweep --smoke``
+    runs once it has built the request)."""
     from tunetrain import tracking
     from tunetrain.api import smoke_checks as checks_of
     from tunetrain.tracking import schema
@@ -59,20 +74,19 @@ def smoke(
             f"--smoke-steps must be at least 2 (to see the metric improve), but got {steps}.",
             fix="Pass --smoke-steps 5, or leave it out.",
         )
-    texts, names_used = _as_typed or ({}, {})
-    exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
+    exp = request.resolve()
     tiny = checks_of.smoke_experiment(exp, steps=steps)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     common: dict[str, Any] = {
-        "tracking_uri": tracking_uri,
-        "storage": storage,
-        "address": address,
-        "command": command if command is not None else [f"tunetrain.smoke({exp.source_path or exp.name!r})"],
+        "tracking_uri": request.tracking_uri,
+        "storage": request.storage,
+        "address": request.address,
+        "command": list(request.command or [f"tunetrain.smoke({exp.source_path or exp.name!r})"]),
         "report": False,
         "stream": out,
     }
     try:
-        result = execute(tiny, name=name or f"{exp.name}-smoke-{stamp}", **common)
+        result = execute(tiny, name=request.name or f"{exp.name}-smoke-{stamp}", **common)
     except ExperimentError as exc:
         print(f"\nSmoke test of {exp.name}:\n  FAIL  resources or set-up: {exc}", file=out, flush=True)
         raise

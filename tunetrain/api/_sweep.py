@@ -3,7 +3,7 @@ request saved for a resume, and the run handed to :mod:`tunetrain.sweeps.session
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -14,8 +14,8 @@ from tunetrain import records
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
-from tunetrain.redaction import redact, strip_credentials
-from tunetrain.sweeps.request import SWEEP_FIELDS, resolve_experiment
+from tunetrain.redaction import redact
+from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
 from tunetrain.sweeps.session import DEFAULT_STORAGE, execute
 
@@ -34,7 +34,7 @@ def sweep(
     trial_runner: Literal["auto", "in_process", "worker_group", "torch_trainer"] | None = None,
     max_concurrent: int | None = None,
     max_failures: int | None = None,
-    placement_strategy: str | None = None,
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None,
     seed: int | None = None,
     deterministic: bool | None = None,
     baseline: bool | None = None,
@@ -46,6 +46,7 @@ def sweep(
     address: str | None = None,
     name: str | None = None,
     budget: str | None = None,
+    ask_above: str | None = None,
     confirm_above: str | None = None,
     yes: bool = False,
     register: bool = True,
@@ -56,7 +57,6 @@ def sweep(
     recorder: Callable[..., Any] | None = None,
     stream: TextIO | None = None,
     command: list[str] | None = None,
-    _as_typed: tuple[Mapping[str, str], Mapping[str, str]] | None = None,
 ) -> SweepResult:
     """Run the experiment's sweep through Ray Tune, every trial recorded in MLflow.
 
@@ -72,7 +72,7 @@ def sweep(
     ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
     state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
     Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that
-    would overrun it; ``confirm_above`` (``"10gpu-h"``, ``"2cpu-h"``, ``"1h"``; default
+    would overrun it; ``ask_above`` (old name ``confirm_above``; ``"10gpu-h"``, ``"2cpu-h"``, ``"1h"``; default
     ``TUNETRAIN_CONFIRM_ABOVE``, else 10gpu-h for GPU sweeps) asks before a sweep whose
     estimate or budget exceeds it, and refuses without a terminal unless ``yes``
     (:mod:`tunetrain.sweeps.cost.consent`). ``resume=True`` continues sweep ``name`` (default: the experiment's
@@ -82,29 +82,88 @@ def sweep(
     (:class:`tunetrain.tracking.NullRecorder`: recording off). Progress goes to ``stream``
     (default stdout).
     """
+    request = SweepRequest(
+        experiment=experiment if isinstance(experiment, Experiment) else os.fspath(experiment),
+        fields={
+            "num_samples": num_samples,
+            "scheduler": scheduler,
+            "searcher": searcher,
+            "workers_per_trial": workers_per_trial,
+            "use_gpu": use_gpu,
+            "trial_runner": trial_runner,
+            "max_concurrent": max_concurrent,
+            "max_failures": max_failures,
+            "placement_strategy": placement_strategy,
+            "seed": seed,
+            "deterministic": deterministic,
+            "baseline": baseline,
+            "warm_start": warm_start,
+        },
+        overrides=dict(overrides or {}),
+        config_from=config_from,
+        tracking_uri=tracking_uri,
+        storage=storage,
+        address=address,
+        name=name,
+        budget=budget,
+        report=report,
+        command=tuple(command) if command is not None else None,
+    )
+    return run_request(
+        request,
+        ask_above=_ask_above(ask_above, confirm_above),
+        ask_flag="--confirm-above" if confirm_above is not None else "--ask-above",
+        yes=yes,
+        register=register,
+        resume=resume,
+        dry_run=dry_run,
+        require_estimate=require_estimate,
+        recorder=recorder,
+        stream=stream,
+    )
+
+
+def _ask_above(ask_above: str | None, confirm_above: str | None) -> str | None:
+    """``confirm_above``: the old name of ``ask_above`` (``--confirm-above``), still taken."""
+    if ask_above is not None and confirm_above is not None and ask_above != confirm_above:
+        raise ExperimentError(
+            f"ask_above and confirm_above are one setting (confirm_above is its old name), but got "
+            f"{ask_above=} and {confirm_above=}.",
+            fix="Pass ask_above only.",
+        )
+    return ask_above if ask_above is not None else confirm_above
+
+
+def run_request(
+    request: SweepRequest,
+    *,
+    ask_above: str | None = None,
+    ask_flag: str = "--ask-above",
+    yes: bool = False,
+    register: bool = True,
+    resume: bool = False,
+    dry_run: bool = False,
+    require_estimate: bool = False,
+    recorder: Callable[..., Any] | None = None,
+    stream: TextIO | None = None,
+) -> SweepResult:
+    """Run the sweep ``request`` asks for (what :func:`sweep` and ``tunetrain sweep`` do once
+    they have built it); the keywords are :func:`sweep`'s."""
     from tunetrain.sweeps import resumable as resuming
     from tunetrain.sweeps.cost.budget import parse_budget
 
     out = stream or sys.stdout
-    fields = {key: value for key, value in locals().items() if key in SWEEP_FIELDS}
-    # A TrackingURI (resume, confirm) says where the URI came from; the rest needs its text.
-    uri_text = str(tracking_uri) if tracking_uri is not None else None
-    if config_from is not None:
-        overrides = {**config_of(config_from, tracking_uri=uri_text), **(overrides or {})}
-    # The CLI passes what the user typed (--set texts, flag names) for its error messages.
-    texts, names_used = _as_typed or ({}, {})
-    exp = resolve_experiment(experiment, overrides=overrides, texts=texts, names_used=names_used, **fields)
-    if confirm_above is not None:  # refused now, a dry run too
-        parse_budget(confirm_above, flag="--confirm-above")
-    # The journal keeps the overrides as checked (`--set precision=16` is the string '16'),
-    # so that a resume rebuilds the same experiment.
-    resolved = {**spaces.flatten(exp.space), **spaces.flatten(exp.defaults)}
-    request = _request(
-        experiment, fields, {key: resolved[key] for key in overrides or {}}, uri_text, address, budget, report
-    )
+    if request.config_from is not None:  # its config pinned once, the request's overrides winning
+        pinned = config_of(request.config_from, tracking_uri=request.tracking_text)
+        request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
+    exp = request.resolve()
+    if ask_above is not None:  # refused now, a dry run too
+        parse_budget(ask_above, flag=ask_flag)
+    saved = request.saved(exp)
     resumable = None
+    name = request.name
     if resume:
-        storage_root = storage or DEFAULT_STORAGE
+        storage_root = request.storage or DEFAULT_STORAGE
         name = name or resuming.latest_sweep(storage_root, exp.name)
         if name is None:
             raise ExperimentError(
@@ -119,28 +178,29 @@ def sweep(
                 status="ok",
                 metric=exp.primary_metric,
                 mode=exp.primary_mode,
-                tracking_uri=uri_text or "",
+                tracking_uri=request.tracking_text or "",
                 storage_path=str(Path(storage_root, name)),
             )
         if exp.seed is None:  # the seed drawn when the sweep started
             exp = exp.replace(seed=resumable.root_seed)
-
+    command = list(request.command) if request.command is not None else _python_call("sweep", exp, saved)
     return execute(
         exp,
-        budget=parse_budget(budget) if budget else None,
-        tracking_uri=tracking_uri,
-        storage=storage,
-        address=address,
+        budget=parse_budget(request.budget) if request.budget else None,
+        tracking_uri=request.tracking_uri,
+        storage=request.storage,
+        address=request.address,
         name=name,
         resume=resumable,
-        command=command if command is not None else _python_call("sweep", experiment, request),
-        request=request,
+        command=command,
+        request=saved,
         dry_run=dry_run or require_estimate,
         require_estimate=require_estimate,
-        confirm_above=confirm_above,
+        ask_above=ask_above,
+        ask_flag=ask_flag,
         yes=yes,
         register=register,
-        report=report,
+        report=request.report,
         recorder=recorder,
         stream=out,
     )
@@ -160,64 +220,23 @@ def resume(
     from tunetrain.sweeps import resumable as resuming
 
     header = resuming.header(storage, sweep_name)  # the rest is read once, by the resume
-    request = header.get("request")
-    if not isinstance(request, dict):
+    saved = header.get("request")
+    if not isinstance(saved, dict):
         raise ExperimentError(
             f"Sweep {sweep_name!r} was started by an older tunetrain and saved only its command line "
             f"({header.get('command', 'none')!r}), not its plan.",
             fix=f"Resume it from the command line: {records.sweep_command('resume', sweep_name, storage)}",
         )
-    fields = {key: ast.literal_eval(text) for key, text in request.get("fields", {}).items()}
-    if num_samples is not None:
-        fields["num_samples"] = num_samples
-    overrides = {key: ast.literal_eval(text) for key, text in request.get("overrides", {}).items()}
-    return sweep(
-        _experiment_path(str(request["experiment"]), str(header.get("cwd") or "")),
-        **fields,
-        overrides=overrides,
-        tracking_uri=_recorded_uri(request.get("tracking_uri") or header.get("tracking_uri")),
+    request = SweepRequest.from_saved(
+        saved,
+        cwd=str(header.get("cwd") or ""),
         storage=storage,
-        address=request.get("address"),
         name=sweep_name,
-        budget=request.get("budget"),
-        report=bool(request.get("report", True)),
-        resume=True,
-        stream=stream,
+        tracking_uri=_recorded_uri(saved.get("tracking_uri") or header.get("tracking_uri")),
+        num_samples=num_samples,
         command=command,
     )
-
-
-def _request(
-    experiment: Any,
-    fields: Mapping[str, Any],
-    overrides: Mapping[str, Any] | None,
-    tracking_uri: str | None,
-    address: str | None,
-    budget: str | None,
-    report: bool,
-) -> dict[str, Any] | None:
-    """The sweep's request as the journal keeps it, for :func:`resume` (values as Python
-    literals, so that tuples and floats come back as they were); None for an Experiment
-    object that no file defines (it cannot be rebuilt from the journal)."""
-    path = os.fspath(experiment) if not isinstance(experiment, Experiment) else experiment.source_path
-    if not path:
-        return None
-    return {
-        "experiment": str(Path(path).resolve()),
-        "fields": {key: repr(value) for key, value in fields.items() if value is not None},
-        "overrides": {key: repr(value) for key, value in (overrides or {}).items()},
-        "tracking_uri": strip_credentials(tracking_uri) if tracking_uri else tracking_uri,
-        "address": address,
-        "budget": budget,
-        "report": report,
-    }
-
-
-def _experiment_path(path: str, cwd: str) -> str:
-    """A recorded experiment path, from the folder the sweep started in when relative."""
-    if cwd and not Path(path).is_absolute() and not Path(path).exists():
-        return os.path.join(cwd, path)
-    return path
+    return run_request(request, resume=True, stream=stream)
 
 
 def _recorded_uri(uri: str | None) -> TrackingURI | None:

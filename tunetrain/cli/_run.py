@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tunetrain.cli._common import DEFAULT_STORAGE, EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
 from tunetrain.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from tunetrain.sweeps.request import SweepRequest
 
 _SWEEP_EXAMPLES = """examples:
   tunetrain sweep experiments/mlp_digits.py                          # the experiment as written
@@ -97,13 +100,14 @@ def sweep_parser(subparsers: Any) -> None:
         help="stop launching trials once the next would overrun it: wall time (90s, 30m, 2h) or 5cpu-h, 1.5gpu-h",
     )
     group2.add_argument(
-        "--confirm-above",
+        "--ask-above",
         metavar="COST",
         help="ask before starting when the estimate (after a --smoke run) or the --budget exceeds this: "
         "1h, 2cpu-h, 10gpu-h (default: $TUNETRAIN_CONFIRM_ABOVE, else 10gpu-h for GPU sweeps); without a "
         "terminal the sweep refuses (exit 2) unless --yes",
     )
-    group2.add_argument("--yes", action="store_true", help="start without asking (see --confirm-above)")
+    group2.add_argument("--confirm-above", metavar="COST", help="the old name of --ask-above, still taken")
+    group2.add_argument("--yes", action="store_true", help="start without asking (see --ask-above)")
     group0.add_argument(
         "--no-baseline",
         dest="baseline",
@@ -168,48 +172,52 @@ def _workers(text: str) -> int | tuple[int, int]:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
-    from tunetrain.overrides import parse_assignment
-    from tunetrain.sweeps.request import SWEEP_FIELDS
 
-    # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
-    fields = {field: getattr(args, field) for field in SWEEP_FIELDS}
-    overrides = dict(parse_assignment(text) for text in args.overrides)
-    # Errors name what the user typed: the flag, and --set's text.
-    texts = {key.strip(): text.strip() for key, _, text in (t.partition("=") for t in args.overrides)}
-    as_typed = (texts, {field: "--" + field.replace("_", "-") for field in SWEEP_FIELDS})
-    where = {"tracking_uri": args.tracking_uri, "storage": args.storage, "address": args.address, "name": args.name}
+    request = _request(args)
     if args.smoke:
         _refuse_with_smoke(args)
-        smoked = api.smoke(
-            args.file,
-            steps=args.smoke_steps,
-            overrides=overrides,
-            stream=stream,
-            command=_command(args),
-            _as_typed=as_typed,
-            **where,
-            **fields,
-        )
+        smoked = api.smoke_request(request, steps=args.smoke_steps, stream=stream)
         return EXIT_OK if smoked.passed else EXIT_ALL_FAILED
-    result = api.sweep(
-        args.file,
-        **fields,
-        overrides=overrides,
-        config_from=args.config_from,
-        **where,
-        budget=args.budget,
-        confirm_above=args.confirm_above,
+    if args.ask_above is not None and args.confirm_above is not None:
+        raise ExperimentError(
+            "--confirm-above is the old name of --ask-above, and both were given.",
+            fix="Pass --ask-above only.",
+        )
+    result = api.run_request(
+        request,
+        ask_above=args.ask_above if args.ask_above is not None else args.confirm_above,
+        ask_flag="--confirm-above" if args.confirm_above is not None else "--ask-above",
         yes=args.yes,
         register=not args.no_register,
-        report=not args.no_report,
         resume=args.resume,
         dry_run=args.dry_run,
         require_estimate=args.estimate,
         stream=stream,
-        command=_command(args),
-        _as_typed=as_typed,
     )
     return result.exit_status
+
+
+def _request(args: argparse.Namespace) -> SweepRequest:
+    """The sweep the flags ask for; its errors name what the user typed (the flag, --set's text)."""
+    from tunetrain.overrides import parse_assignment
+    from tunetrain.sweeps.request import SWEEP_FIELDS, SweepRequest
+
+    # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
+    return SweepRequest(
+        experiment=args.file,
+        fields={field: getattr(args, field) for field in SWEEP_FIELDS},
+        overrides=dict(parse_assignment(text) for text in args.overrides),
+        config_from=args.config_from,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        address=args.address,
+        name=args.name,
+        budget=args.budget,
+        report=not args.no_report,
+        command=tuple(_command(args)),
+        typed={key.strip(): text.strip() for key, _, text in (t.partition("=") for t in args.overrides)},
+        said_as={field: "--" + field.replace("_", "-") for field in SWEEP_FIELDS},
+    )
 
 
 # What --smoke (one short trial, to check the loop and time it) cannot honour: said, not dropped.
@@ -219,6 +227,7 @@ _NOT_WITH_SMOKE = {
     "budget": "--budget",
     "config_from": "--config-from",
     "resume": "--resume",
+    "ask_above": "--ask-above",
     "confirm_above": "--confirm-above",
     "yes": "--yes",
     "no_register": "--no-register",

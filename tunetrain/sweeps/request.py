@@ -5,13 +5,21 @@ the experiment a recorded sweep names, imported only as the sweep recorded it
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256, load_experiment
 from tunetrain.overrides import apply_overrides
+from tunetrain.redaction import strip_credentials
+
+if TYPE_CHECKING:
+    from tunetrain.tracking import TrackingURI
 
 # Experiment fields a call (or a flag of `tunetrain sweep`, by the same name) may change,
 # as sweep() names them.
@@ -66,6 +74,106 @@ def resolve_experiment(
             message = message.replace(f"Experiment.{field} ", f"{name} ")
             fix = fix.replace(f"Set {field} ", f"Set {name} ") if fix else fix
         raise ExperimentError(message, fix=fix) from None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepRequest:
+    """What was asked of one sweep, built once (by the CLI from its flags, by
+    :func:`tunetrain.sweep` from its keywords, by a resume from the journal) and handed
+    down whole: what to run (the experiment, the fields changed, the overrides) and where
+    (the tracking store, the storage, the Ray address, the sweep's name). Its
+    :meth:`saved` form is what the journal keeps for a resume."""
+
+    experiment: Experiment | str  # an Experiment, or an experiment file's path
+    fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # SWEEP_FIELDS given (no None)
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # dotted key -> value (--set)
+    config_from: str | None = None  # a sweep or a trial whose config is pinned, overrides winning
+    tracking_uri: str | TrackingURI | None = None  # None: MLFLOW_TRACKING_URI, else ./mlflow.db
+    storage: str | None = None  # None: ./tunetrain_results
+    address: str | None = None  # a Ray cluster; None: RAY_ADDRESS, else an embedded Ray
+    name: str | None = None  # the sweep's name; None: one made from the experiment's
+    budget: str | None = None  # "30m", "5cpu-h": stop launching trials that would overrun it
+    report: bool = True  # the HTML report at the end
+    command: tuple[str, ...] | None = None  # the command line (or the Python call) recorded
+    # For messages, what the user typed: --set values as text, each field's flag or keyword.
+    typed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    said_as: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.fields) - set(SWEEP_FIELDS))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {unknown}; the fields a sweep may change: {SWEEP_FIELDS}")
+        object.__setattr__(self, "fields", {k: v for k, v in self.fields.items() if v is not None})
+
+    @property
+    def tracking_text(self) -> str | None:
+        """The tracking URI as text (a :class:`TrackingURI` also says where it came from)."""
+        return str(self.tracking_uri) if self.tracking_uri is not None else None
+
+    def resolve(self, overrides: Mapping[str, Any] | None = None) -> Experiment:
+        """The experiment with the fields changed and ``overrides`` (default: the request's)
+        applied, validated again; refusals name the flag or keyword the user typed."""
+        return resolve_experiment(
+            self.experiment,
+            overrides=self.overrides if overrides is None else overrides,
+            texts=self.typed,
+            names_used=self.said_as,
+            **self.fields,
+        )
+
+    def saved(self, resolved: Experiment) -> dict[str, Any] | None:
+        """The request as the journal keeps it, for a resume: values as Python literals (so
+        that tuples and floats come back as they were), the overrides as ``resolved`` checked
+        them (``--set precision=16`` is the string '16'), the tracking URI without
+        credentials; None for an Experiment object that no file defines (it cannot be
+        rebuilt from the journal)."""
+        path = self.experiment if not isinstance(self.experiment, Experiment) else self.experiment.source_path
+        if not path:
+            return None
+        flat = {**spaces.flatten(resolved.space), **spaces.flatten(resolved.defaults)}
+        uri = self.tracking_text
+        return {
+            "experiment": str(Path(path).resolve()),
+            "fields": {key: repr(value) for key, value in self.fields.items()},
+            "overrides": {key: repr(flat[key]) for key in self.overrides},
+            "tracking_uri": strip_credentials(uri) if uri else uri,
+            "address": self.address,
+            "budget": self.budget,
+            "report": self.report,
+        }
+
+    @classmethod
+    def from_saved(
+        cls,
+        saved: Mapping[str, Any],
+        *,
+        cwd: str,
+        storage: str,
+        name: str,
+        tracking_uri: TrackingURI | None,
+        num_samples: int | None = None,
+        command: list[str] | None = None,
+    ) -> SweepRequest:
+        """The request a journal saved (:meth:`saved`), for resuming sweep ``name``;
+        ``num_samples`` may grow it."""
+        fields = {key: ast.literal_eval(text) for key, text in saved.get("fields", {}).items()}
+        if num_samples is not None:
+            fields["num_samples"] = num_samples
+        path = str(saved["experiment"])
+        if cwd and not Path(path).is_absolute() and not Path(path).exists():  # relative to where it started
+            path = os.path.join(cwd, path)
+        return cls(
+            experiment=path,
+            fields=fields,
+            overrides={key: ast.literal_eval(text) for key, text in saved.get("overrides", {}).items()},
+            tracking_uri=tracking_uri,
+            storage=storage,
+            address=saved.get("address"),
+            name=name,
+            budget=saved.get("budget"),
+            report=bool(saved.get("report", True)),
+            command=tuple(command) if command is not None else None,
+        )
 
 
 def recorded_experiment(

@@ -40,7 +40,8 @@ def execute(
     budget: Any = None,
     require_estimate: bool = False,
     resume: Any = None,
-    confirm_above: str | None = None,
+    ask_above: str | None = None,
+    ask_flag: str = "--ask-above",
     yes: bool = False,
     register: bool = False,
     recorder: Callable[..., Any] | None = None,
@@ -127,7 +128,9 @@ def execute(
     if plan.baseline_note:
         print(f"tunetrain: {plan.baseline_note}.", file=stream, flush=True)
     if resume is None:  # a resumed sweep was consented to when it started
-        plan = dataclasses.replace(plan, consent=_consent(plan, confirm_above=confirm_above, yes=yes, stream=stream))
+        plan = dataclasses.replace(
+            plan, consent=_consent(plan, ask_above=ask_above, ask_flag=ask_flag, yes=yes, stream=stream)
+        )
     print(
         f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
         + (" and a baseline" if plan.baseline is not None else "")
@@ -238,8 +241,8 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
         )
 
 
-def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO) -> str:
-    """``--confirm-above``: ask (or refuse) when the sweep's estimate or budget exceeds the
+def _consent(plan: Any, *, ask_above: str | None, ask_flag: str, yes: bool, stream: TextIO) -> str:
+    """``--ask-above``: ask (or refuse) when the sweep's estimate or budget exceeds the
     threshold (:mod:`tunetrain.sweeps.cost.consent`); what is recorded on the parent run."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import consent, estimate
@@ -247,7 +250,7 @@ def _consent(plan: Any, *, confirm_above: str | None, yes: bool, stream: TextIO)
 
     experiment = plan.experiment
     gpus = experiment.max_workers * experiment.worker_resources.get("GPU", 0.0)
-    limit = consent.threshold(confirm_above, gpus_per_trial=gpus)
+    limit = consent.threshold(ask_above, gpus_per_trial=gpus, flag=ask_flag)
     if limit is None:
         return ""
     smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=trial_shape(experiment))

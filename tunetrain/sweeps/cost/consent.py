@@ -1,4 +1,4 @@
-"""``sweep --confirm-above``: ask before a sweep that would cost more than a threshold.
+"""``sweep --ask-above`` (old name ``--confirm-above``): ask before a sweep that would cost more than a threshold.
 
 The threshold is wall time (``1h``) or resource time (``2cpu-h``, ``10gpu-h``), written as a
 ``--budget``. A sweep asks when what it is expected to cost in that unit exceeds it: the
@@ -31,13 +31,14 @@ _UNIT = {"wall": "h", "cpu": "CPU-h", "gpu": "GPU-h"}
 @dataclasses.dataclass(frozen=True)
 class Threshold:
     budget: Budget
-    source: str  # "--confirm-above", "TUNETRAIN_CONFIRM_ABOVE" or "the GPU default"
+    source: str  # "--ask-above" (or "--confirm-above"), "TUNETRAIN_CONFIRM_ABOVE" or "the GPU default"
 
 
-def threshold(text: str | None, *, gpus_per_trial: float) -> Threshold | None:
-    """The threshold in force: ``text`` (the flag), the environment, the GPU default, or none."""
+def threshold(text: str | None, *, gpus_per_trial: float, flag: str = "--ask-above") -> Threshold | None:
+    """The threshold in force: ``text`` (given as ``flag``: ``--ask-above``, or its old name
+    ``--confirm-above``), the environment, the GPU default, or none."""
     if text is not None:
-        return Threshold(parse_budget(text, flag="--confirm-above"), "--confirm-above")
+        return Threshold(parse_budget(text, flag=flag), flag)
     if os.environ.get(ENV_VAR):
         return Threshold(parse_budget(os.environ[ENV_VAR], flag=ENV_VAR), ENV_VAR)
     if gpus_per_trial > 0:
@@ -83,7 +84,7 @@ def obtain(
     if not interactive:
         raise ExperimentError(
             f"This sweep needs consent before it starts: {what}; and there is no terminal to ask on.",
-            fix="Pass --yes (yes=True from Python) to start it, or raise --confirm-above "
+            fix="Pass --yes (yes=True from Python) to start it, or raise --ask-above "
             f"(or {ENV_VAR}), or make it smaller.",
         )
     print(f"{details}\nThis sweep is expensive: {what}.", file=stream, flush=True)
