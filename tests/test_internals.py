@@ -373,3 +373,27 @@ def test_picklable_sampler_lets_optunas_nsga2_be_pickled_and_still_sample() -> N
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=copy)
     study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1 - t.suggest_float("y", 0, 1)), n_trials=3)
     assert len(study.trials) == 3
+
+
+def test_hyperband_bracket_sizes_are_hyperbands_own_formula() -> None:
+    from ray.tune.schedulers import HyperBandScheduler
+
+    scheduler = HyperBandScheduler(metric="loss", mode="min", max_t=27, reduction_factor=3)
+    # s_max = 3 brackets of r0 = 27 * 3**-s >= 1 (s = 0..3): n0 = ceil(4 / (s + 1) * 3**s).
+    assert _internals.hyperband_bracket_sizes(scheduler) == [4, 6, 12, 27]
+
+
+def test_exit_after_exit_handlers_runs_them_and_skips_finalisation(tmp_path: Path) -> None:
+    script = (
+        "import atexit, sys\n"
+        "from tunetrain import _internals\n"
+        "class Loud:\n"
+        "    def __del__(self): print('finalised', flush=True)\n"
+        "kept = Loud()\n"
+        "atexit.register(lambda: print('exit handler', flush=True))\n"
+        "print('buffered', end='')\n"
+        "_internals.exit_after_exit_handlers(7)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 7
+    assert done.stdout == "bufferedexit handler\n"  # flushed, the handler ran, no finalisation

@@ -33,10 +33,7 @@ def searcher_live_limit(scheduler: Any, max_concurrent: int) -> int:
     """
     if not isinstance(scheduler, HyperBandScheduler):
         return max_concurrent
-    # Ray keeps the bracket sizes in private attributes; the formula is HyperBand's own
-    # (n0 = ceil(s_max_1 / (s + 1) * eta ** s) for brackets with r0 = max_t * eta ** -s >= 1).
-    sizes = [scheduler._get_n0(s) for s in range(scheduler._s_max_1) if scheduler._get_r0(s) > 0]
-    return max([max_concurrent, *sizes])
+    return max([max_concurrent, *_internals.hyperband_bracket_sizes(scheduler)])
 
 
 def build_searcher(

@@ -8,8 +8,6 @@ the tracking store refused records (kept in the sweep's journal), 130 when inter
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -93,11 +91,9 @@ def run() -> NoReturn:
     # finalisation of the modules and objects of torch, Ray and MLflow takes about a second on
     # 2 CPUs and writes nothing of ours. Every record is already in the journal, flushed as
     # written (a sweep's record survives kill -9, docs/fault_tolerance.md), and in the store.
-    # atexit._run_exitfuncs: CPython's, not in the documented API (3.0 to 3.13 alike).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    atexit._run_exitfuncs()
-    os._exit(status)
+    from tunetrain import _internals
+
+    _internals.exit_after_exit_handlers(status)
 
 
 _AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)

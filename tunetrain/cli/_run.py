@@ -326,9 +326,10 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
             f"Sweep {args.sweep!r} did not record the command it started with (its journal's header: {header}).",
             fix="Resume it with the same command line plus --resume --name " + args.sweep,
         )
-    from tunetrain.cli import build_parser
-
-    resumed = build_parser().parse_args(argv)
+    # The sweep command's own parser (not the CLI's whole one, which imports this module).
+    parser = argparse.ArgumentParser(prog="tunetrain")
+    sweep_parser(parser.add_subparsers(required=True))
+    resumed = parser.parse_args(argv)
     resumed.argv = argv
     cwd = str(header.get("cwd") or "")
     if cwd and not Path(resumed.file).is_absolute() and not Path(resumed.file).exists():
