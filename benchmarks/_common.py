@@ -121,7 +121,7 @@ def tunetrain_sweep(experiment: str, **options: Any) -> tuple[float, str]:
         raise RuntimeError(
             f"tunetrain.sweep({experiment!r}, {options}) ended {result.status}:\n{out.getvalue()[-3000:]}"
         )
-    return result.outcome.sweep_s, out.getvalue()
+    return result.ran.sweep_s, out.getvalue()
 
 
 def child_runs(experiment: str, tracking_uri: str | None = None) -> list[Any]:

@@ -59,7 +59,7 @@ def test_sweep_from_python_returns_its_trials_the_best_and_where_mlflow_has_them
     assert "Sweep py: 3 trials and a baseline" in out.getvalue()
     assert "Sweep py finished: 4 trials" in out.getvalue()
     assert len(result.trials) == 4 and set(result.run_ids) == {t.name for t in result.trials}
-    best = min(result.trials, key=lambda t: t.best_value)
+    best = min(result.trials, key=lambda t: float("inf") if t.best_value is None else t.best_value)
     assert result.best_trial is best and result.best_metric == best.best_value
     assert result.best_config is not None and result.best_config == best.config
     assert result.best_config["offset"] == 0.5

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
 from tests.test_sweep import by_status, sweep_runs
-from tunetrain.experiment import SCHEDULERS, SEARCHERS
+from tunetrain.experiment_checks import SCHEDULERS, SEARCHERS
 from tunetrain.results.analysis import load_sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

@@ -149,7 +149,7 @@ def test_errors_about_flags_name_the_flag_typed(bare_workdir: Path) -> None:
 
 def test_sweep_help_lists_every_scheduler_and_searcher() -> None:
     from tunetrain.cli import build_parser
-    from tunetrain.experiment import SCHEDULERS, SEARCHERS
+    from tunetrain.experiment_checks import SCHEDULERS, SEARCHERS
 
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]  # type: ignore[union-attr,index]
     helps = {action.dest: action.help or "" for action in sweep._actions}

@@ -227,17 +227,6 @@ def test_no_import_cycles_at_module_or_function_level() -> None:
     assert cycles(import_graph(_module_sources())) == []
 
 
-# Functions over the limit when the rule was written (issue 32), each at most as long as it
-# was then: the list may only shrink, and a function missing from it may not pass 100 lines.
-STILL_TOO_LONG = {
-    "tunetrain.sweeps.run.run_sweep": 266,
-    "tunetrain.sweeps.session.execute": 187,
-    "tunetrain.experiment.validate": 138,
-    "tunetrain.api._confirm.confirm": 124,
-    "tunetrain.trial._torch_trainer.run_trial": 110,
-}
-
-
 def test_no_function_over_100_lines_outside_the_cli() -> None:
     long = {
         f"{name}.{function}": lines
@@ -245,9 +234,7 @@ def test_no_function_over_100_lines_outside_the_cli() -> None:
         if not name.startswith("tunetrain.cli")
         for function, lines in long_functions(source)
     }
-    grown = {name: lines for name, lines in long.items() if lines > STILL_TOO_LONG.get(name, 100)}
-    assert grown == {}
-    assert set(STILL_TOO_LONG) <= set(long), "a function was shortened: take it off STILL_TOO_LONG"
+    assert long == {}
 
 
 def test_no_private_name_of_ray_mlflow_optuna_or_the_stdlib_outside_the_seam() -> None:

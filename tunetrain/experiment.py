@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -22,17 +21,16 @@ from typing import Any, Literal
 from ray import cloudpickle  # Ray pickles with its own vendored copy
 
 from tunetrain.errors import ExperimentError
-from tunetrain.records import name_problem
-from tunetrain.space import baseline_point, bounds_problem, is_distribution, is_grid, iter_leaves, merge
+from tunetrain.experiment_checks import (
+    check_objective,
+    check_resources,
+    check_space,
+)
+from tunetrain.space import is_grid, iter_leaves, merge
 
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 TrialRunner = Literal["auto", "in_process", "worker_group", "torch_trainer"]
-
-SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
-SEARCHERS = ("auto", "optuna", "async_bohb", "hyperopt", "random", "grid")
-PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-TRIAL_RUNNERS = ("auto", "in_process", "worker_group", "torch_trainer")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -293,155 +291,10 @@ class Experiment:
         return self.runner in ("in_process", "worker_group")
 
     def validate(self) -> None:
-        if (problem := name_problem(self.name)) is not None:  # it names the sweeps' folders
-            raise ExperimentError(
-                f"Experiment.name names its sweeps' folders: {problem}.",
-                fix='Give the experiment such a name, e.g. Experiment(name="my_experiment", ...).',
-            )
-        if not callable(self.train_loop):
-            raise ExperimentError(
-                f"Experiment.train_loop must be a function of config, but got {self.train_loop!r}.",
-                fix="Pass the function that trains on each worker, e.g. train_loop=train_loop.",
-            )
-        metrics = [self.metric] if isinstance(self.metric, str) else list(self.metric)
-        modes = [self.mode] if isinstance(self.mode, str) else list(self.mode)
-        if not metrics or not all(isinstance(m, str) and m for m in metrics):
-            raise ExperimentError(
-                f"Experiment.metric must be the name of a reported metric (or a list of them), "
-                f"but got {self.metric!r}.",
-                fix='Name the metric your train loop reports, e.g. metric="val_loss".',
-            )
-        if len(modes) != len(metrics) or any(m not in ("min", "max") for m in modes):
-            raise ExperimentError(
-                f"Experiment.mode must be 'min' or 'max' for each metric, but got mode={self.mode!r} "
-                f"for metric={self.metric!r}.",
-                fix="Use mode='min' for losses and mode='max' for accuracies; one mode per metric.",
-            )
-        if len(set(metrics)) != len(metrics):
-            raise ExperimentError(
-                f"Experiment.metric names a metric twice: {self.metric!r}.", fix="Name each objective once."
-            )
-        if self.scheduler not in SCHEDULERS:
-            raise ExperimentError(
-                f"Unknown scheduler {self.scheduler!r}; valid schedulers are {', '.join(SCHEDULERS)}.",
-                fix="Pick one of those names (in the experiment file or with --scheduler).",
-            )
-        if self.searcher not in SEARCHERS:
-            raise ExperimentError(
-                f"Unknown searcher {self.searcher!r}; valid searchers are {', '.join(SEARCHERS)}.",
-                fix="Pick one of those names (in the experiment file or with --searcher).",
-            )
-        _positive_int("num_samples", self.num_samples)
-        if isinstance(self.workers_per_trial, list):  # (min, max) written as a list
-            object.__setattr__(self, "workers_per_trial", tuple(self.workers_per_trial))
-        if isinstance(self.workers_per_trial, tuple):
-            low, high = (*self.workers_per_trial, 0, 0)[:2]
-            if (
-                len(self.workers_per_trial) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) for n in (low, high))
-                or not 1 <= low <= high
-            ):
-                raise ExperimentError(
-                    f"Experiment.workers_per_trial must be a number >= 1 or a range (min, max) with "
-                    f"1 <= min <= max, but got {self.workers_per_trial!r}.",
-                    fix="Use e.g. workers_per_trial=2, or workers_per_trial=(1, 4) for elastic trials.",
-                )
-        else:
-            _positive_int("workers_per_trial", self.workers_per_trial)
-        if self.max_concurrent is not None:
-            _positive_int("max_concurrent", self.max_concurrent)
-        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < 0:
-            raise ExperimentError(
-                f"Experiment.max_failures must be an integer >= 0, but got {self.max_failures!r}.",
-                fix="Use e.g. max_failures=2 (restart a trial up to twice from its checkpoint), or 0.",
-            )
-        if self.placement_strategy not in PLACEMENT_STRATEGIES:
-            raise ExperimentError(
-                f"Unknown placement_strategy {self.placement_strategy!r}; valid strategies are "
-                f"{', '.join(PLACEMENT_STRATEGIES)}.",
-                fix="Pick one of those names.",
-            )
-        if self.trial_runner not in TRIAL_RUNNERS:
-            raise ExperimentError(
-                f"Unknown trial_runner {self.trial_runner!r}; valid trial runners are {', '.join(TRIAL_RUNNERS)}.",
-                fix="Pick one of those names (in the experiment file or with --trial-runner).",
-            )
-        if self.trial_runner == "worker_group" and not isinstance(self.workers_per_trial, int):
-            raise ExperimentError(
-                f"trial_runner='worker_group' runs a fixed number of workers per trial, but got "
-                f"workers_per_trial={self.workers_per_trial} (elastic).",
-                fix="Use trial_runner='auto' or 'torch_trainer' for elastic trials (Ray Train resizes them).",
-            )
-        if self.trial_runner == "in_process" and self.workers_per_trial != 1:  # a range too
-            raise ExperimentError(
-                f"trial_runner='in_process' runs one worker per trial, but got workers_per_trial="
-                f"{self.workers_per_trial}.",
-                fix="Use trial_runner='auto' or 'torch_trainer' for multi-worker (DDP) trials.",
-            )
-        for key, value in (self.resources_per_worker or {}).items():
-            if not isinstance(value, int | float) or value < 0 or math.isnan(value):
-                raise ExperimentError(
-                    f"resources_per_worker[{key!r}] must be a number >= 0, but got {value!r}.",
-                    fix='Use e.g. resources_per_worker={"CPU": 1}.',
-                )
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise ExperimentError(
-                f"Experiment.seed must be an integer >= 0 or None, but got {self.seed!r}.",
-                fix="Use e.g. seed=0, or leave it out to draw one (it is recorded).",
-            )
-        if not isinstance(self.space, Mapping):
-            raise ExperimentError(
-                f"Experiment.space must be a dict, but got {type(self.space).__name__}.",
-                fix='Use e.g. space={"lr": tune.loguniform(1e-4, 1e-1)}.',
-            )
-        for key, value in iter_leaves(self.space):
-            if not (is_distribution(value) or _is_constant(value)):
-                raise ExperimentError(
-                    f"Search-space value {key!r} must be a Ray Tune distribution "
-                    f"(tune.uniform, tune.loguniform, tune.choice, tune.randint, ...) or a constant, "
-                    f"but got {value!r} of type {type(value).__name__}.",
-                    fix=f"Wrap it, e.g. {key!r}: tune.choice([...]), or move it to defaults.",
-                )
-            if (problem := bounds_problem(value)) is not None:
-                raise ExperimentError(f"Search-space value {key!r}: {problem}.", fix="Give the lower bound first.")
-        if not isinstance(self.baseline, bool | Mapping):
-            raise ExperimentError(
-                f"Experiment.baseline must be True, False or a dict of searched values, but got {self.baseline!r}.",
-                fix='Use e.g. baseline={"lr": 1e-3} (the other dimensions at their centre), or baseline=False.',
-            )
-        if isinstance(self.warm_start, str) or not all(isinstance(ref, str) and ref for ref in self.warm_start):
-            raise ExperimentError(
-                f"Experiment.warm_start must be a list of sweep names or run ids, but got {self.warm_start!r}.",
-                fix='Use e.g. warm_start=["mlp_digits-20261130-101500"].',
-            )
-        object.__setattr__(self, "warm_start", tuple(self.warm_start))
-        for field in ("export_model", "export_example"):
-            if getattr(self, field) is not None and not callable(getattr(self, field)):
-                raise ExperimentError(
-                    f"Experiment.{field} must be a function, but got {getattr(self, field)!r}.",
-                    fix="See docs/carry_forward.md: export_model(checkpoint_dir, config) -> torch.nn.Module, "
-                    "export_example(config) -> a NumPy batch.",
-                )
-        if isinstance(self.baseline, Mapping):
-            baseline_point(self.space, self.baseline)  # raises for a key or value the space does not have
-        for key, value in iter_leaves(self.defaults):
-            if is_distribution(value):
-                raise ExperimentError(
-                    f"Default {key!r} is a Ray Tune distribution ({value!r}); defaults are fixed values.",
-                    fix=f"Move {key!r} into space=, or give it a fixed value.",
-                )
-
-
-def _positive_int(field: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ExperimentError(
-            f"Experiment.{field} must be an integer >= 1, but got {value!r}.",
-            fix=f"Set {field} to 1 or more.",
-        )
-
-
-def _is_constant(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool | tuple | list)
+        """Each field checked (:mod:`tunetrain.experiment_checks`); refused with the rule, the value and the fix."""
+        check_objective(self)
+        check_resources(self)
+        check_space(self)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -94,23 +94,7 @@ def confirm(
             f"Experiment {exp.name!r} searches no dimension: its trials all run one config.",
             fix="Confirm a sweep that searched something.",
         )
-    # Fixed values as the original sweep ran them (its --set), the same for every trial.
-    first = next(iter(configs.values()))
-    fixed = {key: first[key] for key in spaces.flatten(exp.defaults) if key in first}
-    space, defaults = apply_overrides(exp.space, exp.defaults, fixed)
-    points = [spaces.unflatten({key: config[key] for key in searched}) for config in configs.values()]
-    confirming = exp.replace(
-        space=space,
-        defaults=defaults,
-        scheduler="fifo",  # every trial to its end: no early stopping
-        scheduler_options={},
-        searcher="random",
-        searcher_options={"points_to_evaluate": [p for p in points for _ in range(seeds)]},
-        num_samples=len(points) * seeds,
-        baseline=False,
-        warm_start=(),
-        seed=seed,
-    )
+    confirming, points = _confirming(exp, configs, searched, seeds=seeds, seed=seed)
     new_name = name or f"{original.name}-confirm"
     print(
         f"Confirming sweep {original.name}: its {len(points)} best configuration(s), {seeds} new seed(s) each, "
@@ -132,16 +116,7 @@ def confirm(
     store = original.store
     if result.parent_run_id is None:
         raise ExperimentError(f"Confirming sweep {new_name} recorded nothing.", fix="See its output above.")
-    store.set_tags(result.parent_run_id, {schema.CONFIRMS_TAG: original.name, schema.CONFIRMS_RUN_TAG: original.run_id})
-    earlier = original.tags.get(schema.CONFIRMED_BY_TAG)
-    store.set_tags(original.run_id, {schema.CONFIRMED_BY_TAG: f"{earlier}, {new_name}" if earlier else new_name})
-    value_of = {str(row["trial"]): float(row[f"best_{original.metric}"]) for _, row in top.iterrows()}
-    for trial in result.trials:
-        flat = spaces.flatten(trial.config)
-        match = next((t for t, config in configs.items() if spaces.holds(flat, {k: config[k] for k in searched})), None)
-        run_id = result.run_ids.get(trial.name)
-        if match is not None and run_id is not None:
-            store.set_tags(run_id, {schema.CONFIRM_OF_TAG: match, schema.CONFIRM_ORIGINAL_TAG: f"{value_of[match]!r}"})
+    _link(original, result, configs, searched, top)
     confirmed = load_sweep(result.parent_run_id, tracking_uri=store.tracking_uri)
     table = confirmed.confirmation()
     winner = str(top.iloc[0]["trial"])
@@ -155,6 +130,51 @@ def confirm(
 
         end_of_sweep_report(result.outcome, store.tracking_uri, Path(result.storage_path), out)
     return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds)
+
+
+def _confirming(
+    exp: Experiment, configs: dict[str, dict[str, Any]], searched: list[str], *, seeds: int, seed: int | None
+) -> tuple[Experiment, list[dict[str, Any]]]:
+    """The confirming sweep's experiment (each configuration ``seeds`` times, FIFO, random
+    search over exactly those points) and the points."""
+    # Fixed values as the original sweep ran them (its --set), the same for every trial.
+    first = next(iter(configs.values()))
+    fixed = {key: first[key] for key in spaces.flatten(exp.defaults) if key in first}
+    space, defaults = apply_overrides(exp.space, exp.defaults, fixed)
+    points = [spaces.unflatten({key: config[key] for key in searched}) for config in configs.values()]
+    confirming = exp.replace(
+        space=space,
+        defaults=defaults,
+        scheduler="fifo",  # every trial to its end: no early stopping
+        scheduler_options={},
+        searcher="random",
+        searcher_options={"points_to_evaluate": [p for p in points for _ in range(seeds)]},
+        num_samples=len(points) * seeds,
+        baseline=False,
+        warm_start=(),
+        seed=seed,
+    )
+    return confirming, points
+
+
+def _link(
+    original: Any, result: SweepResult, configs: dict[str, dict[str, Any]], searched: list[str], top: Any
+) -> None:
+    """Both sweeps tagged with the link, and each confirming trial with the original trial
+    it re-runs and that trial's value."""
+    from tunetrain.tracking import schema
+
+    store = original.store
+    store.set_tags(result.parent_run_id, {schema.CONFIRMS_TAG: original.name, schema.CONFIRMS_RUN_TAG: original.run_id})
+    earlier = original.tags.get(schema.CONFIRMED_BY_TAG)
+    store.set_tags(original.run_id, {schema.CONFIRMED_BY_TAG: f"{earlier}, {result.name}" if earlier else result.name})
+    value_of = {str(row["trial"]): float(row[f"best_{original.metric}"]) for _, row in top.iterrows()}
+    for trial in result.trials:
+        flat = spaces.flatten(trial.config)
+        match = next((t for t, config in configs.items() if spaces.holds(flat, {k: config[k] for k in searched})), None)
+        run_id = result.run_ids.get(trial.name)
+        if match is not None and run_id is not None:
+            store.set_tags(run_id, {schema.CONFIRM_OF_TAG: match, schema.CONFIRM_ORIGINAL_TAG: f"{value_of[match]!r}"})
 
 
 def describe(table: pd.DataFrame, *, original: str, metric: str, mode: str, winner: str) -> str:

@@ -90,7 +90,7 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
     except ExperimentError as exc:
         print(f"\nSmoke test of {exp.name}:\n  FAIL  resources or set-up: {exc}", file=out, flush=True)
         raise
-    outcome = result.outcome
+    outcome = result.ran
     store = tracking.SweepStore(result.tracking_uri)
     if outcome.parent_run_id:
         store.set_tags(outcome.parent_run_id, {schema.SMOKE_TAG: "true"})
@@ -110,7 +110,7 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
                 name=f"{exp.name}-smoke-restore-{stamp}",
                 initial_checkpoint=latest["path"],
                 **common,
-            ).outcome
+            ).ran
             if restored.parent_run_id:
                 store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})
             verdict = checks_of.round_trip_check(latest, restored)

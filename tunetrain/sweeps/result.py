@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tunetrain.records import SweepOutcome, TrialRecord
+    from tunetrain.results.analysis import Sweep
+    from tunetrain.sweeps.handoff import Registered
+    from tunetrain.sweeps.plan import SweepPlan
+
+
+Status = Literal["ok", "all_failed", "bad_input", "not_recorded", "dry_run"]
 
 
 @dataclasses.dataclass
@@ -20,23 +31,33 @@ class SweepResult:
     """
 
     name: str
-    status: Literal["ok", "all_failed", "bad_input", "not_recorded", "dry_run"]
+    status: Status
     metric: str
     mode: str
     tracking_uri: str
     storage_path: str
-    trials: list[Any] = dataclasses.field(default_factory=list)  # tunetrain.records.TrialRecord
+    trials: list[TrialRecord] = dataclasses.field(default_factory=list)
     experiment_id: str | None = None
     parent_run_id: str | None = None
     run_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # trial name -> MLflow run id
     interrupted: bool = False
     error: str | None = None
-    outcome: Any = None  # tunetrain.records.SweepOutcome (None for a dry run)
-    plan: Any = None  # tunetrain.sweeps.plan.SweepPlan
-    registered: Any = None  # tunetrain.api.Registered: the best trial's model version, if registered
+    outcome: SweepOutcome | None = None  # None for a dry run
+    plan: SweepPlan | None = None
+    registered: Registered | None = None  # the best trial's model version, if registered
 
     @property
-    def best_trial(self) -> Any:
+    def ran(self) -> SweepOutcome:
+        """What the sweep's run ended with; an error for a dry run (or the resume of a sweep
+        that had finished), which ran nothing."""
+        if self.outcome is None:
+            raise ExperimentError(
+                f"Sweep {self.name!r} ran nothing here ({self.status}).", fix="Run it without dry_run."
+            )
+        return self.outcome
+
+    @property
+    def best_trial(self) -> TrialRecord | None:
         """The trial with the best value of the metric (None when none reported one)."""
         return self.outcome.best if self.outcome is not None else None
 
@@ -66,7 +87,7 @@ class SweepResult:
         record the store refused."""
         return {"ok": 0, "dry_run": 0, "all_failed": 1, "bad_input": 2, "not_recorded": 3}[self.status]
 
-    def table(self) -> Any:
+    def table(self) -> pd.DataFrame:
         """One row per trial (pandas): from MLflow when the sweep was recorded (as
         ``tunetrain show``), else from the sweep's own records."""
         if self.parent_run_id is not None:
@@ -85,7 +106,7 @@ class SweepResult:
         ]
         return pd.DataFrame(rows)
 
-    def analysis(self) -> Any:
+    def analysis(self) -> Sweep:
         """The sweep as :class:`tunetrain.results.analysis.Sweep` reads it back from MLflow."""
         if self.parent_run_id is None:
             raise ExperimentError(

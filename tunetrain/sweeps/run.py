@@ -3,6 +3,7 @@ whatever happens; resuming one from its journal and Tune's saved state."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -139,6 +140,80 @@ def run_sweep(
     """
     started = time.perf_counter()
     exp = plan.experiment
+    opened = _open_record(plan, journal=journal, recorder=recorder, stream=stream)
+    interrupted = False
+    crashed = False
+    stopper = SweepStopper(exp)
+    gate = None
+    live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=plan.total_trials, stream=stream)
+    callback: SweepCallback | None = None
+    # From here on the parent run exists: whatever is raised, the finally closes it.
+    try:
+        gate = budget_gate(exp, plan.budget)
+        scheduler = _scheduler(plan, gate, journaled=opened.journaled)
+        callback = SweepCallback(
+            plan=plan,
+            recorder=opened.recorder,
+            view=live,
+            stopper=stopper,
+            scheduler=scheduler,
+            provenance=trial_provenance(opened.tags),
+            budget_gate=gate,
+            records=opened.journaled,
+        )
+        _tuner(plan, scheduler, callback, stopper, journaled=opened.journaled, stream=stream).fit()
+    except KeyboardInterrupt:
+        interrupted = True
+    except BaseException:
+        crashed = True
+        raise
+    finally:
+        # Whatever happened, nothing stays RUNNING: close every trial and the sweep.
+        if callback is not None:
+            interrupted = callback.end_unfinished() or interrupted
+        records = sorted(callback.records.values(), key=lambda r: r.index) if callback else []
+        live.update(records, force=True)
+        live.close()
+        outcome = SweepOutcome(
+            sweep_name=plan.sweep_name,
+            sweep_id=plan.sweep_id,
+            metric=exp.primary_metric,
+            mode=exp.primary_mode,
+            trials=records,
+            experiment_id=opened.recorder.experiment_id,
+            parent_run_id=opened.parent_run_id,
+            tracking_uri=plan.tracking_uri,
+            run_ids={},
+            bad_input=stopper.bad_input,
+            bad_input_fix=stopper.bad_input_fix,
+            interrupted=interrupted and stopper.bad_input is None,
+            log_path=str(log_dir),
+            storage_path=f"{plan.storage_path}/{plan.sweep_name}",
+            stop_reason=gate.reason if gate is not None and gate.refused else "",
+            searched=spaces.free_dimensions(exp.space),
+        )
+        _close_record(plan, outcome, opened, crashed=crashed, stream=stream)
+        outcome.sweep_s = time.perf_counter() - started
+    return outcome
+
+
+@dataclasses.dataclass
+class _Opened:
+    """The sweep's record as opened: its recorder, parent run, and (resumed) journaled trials."""
+
+    recorder: Recorder
+    parent_run_id: str | None
+    tags: dict[str, Any]  # the parent run's tags (the trials' provenance is taken from them)
+    journaled: dict[str, TrialRecord]
+    resumes: int  # 0 for a new sweep, else which resume this is
+
+
+def _open_record(
+    plan: SweepPlan, *, journal: JournalState | None, recorder: Callable[..., Recorder], stream: TextIO
+) -> _Opened:
+    """The recorder made and the parent run started (or reopened, for a resume), with the
+    experiment file and its uncommitted diff; refused when the store refuses the parent."""
+    exp = plan.experiment
     journaled: dict[str, TrialRecord] = {}
     resumes = 0
     state = None
@@ -170,221 +245,200 @@ def run_sweep(
                 schema.NUM_SAMPLES_TAG: exp.num_samples,
             }
         )
-    else:
-        parent_run_id = sweep_recorder.start_sweep(
-            run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id
+        return _Opened(sweep_recorder, parent_run_id, tags, journaled, resumes)
+    parent_run_id = sweep_recorder.start_sweep(
+        run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id
+    )
+    if parent_run_id is None and sweep_recorder.error_count:  # refused, not away: nothing would be recorded
+        sweep_recorder.close()
+        raise ExperimentError(
+            f"The MLflow store at {redact(plan.tracking_uri)} refused the sweep's parent run: "
+            f"{sweep_recorder.first_error}",
+            fix="Fix what the store says; nothing was trained.",
         )
-        if parent_run_id is None and sweep_recorder.error_count:  # refused, not away: nothing would be recorded
-            sweep_recorder.close()
-            raise ExperimentError(
-                f"The MLflow store at {redact(plan.tracking_uri)} refused the sweep's parent run: "
-                f"{sweep_recorder.first_error}",
-                fix="Fix what the store says; nothing was trained.",
-            )
-        if exp.source_path:
-            sweep_recorder.log_sweep_artifact(exp.source_path)
-            diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""
-            if diff:  # the uncommitted changes the sweep ran with
-                sweep_recorder.log_sweep_text(diff, schema.GIT_DIFF_ARTIFACT)
+    if exp.source_path:
+        sweep_recorder.log_sweep_artifact(exp.source_path)
+        diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""
+        if diff:  # the uncommitted changes the sweep ran with
+            sweep_recorder.log_sweep_text(diff, schema.GIT_DIFF_ARTIFACT)
+    return _Opened(sweep_recorder, parent_run_id, tags, journaled, resumes)
 
-    interrupted = False
-    crashed = False
-    gate = None
-    stopper = SweepStopper(exp)
-    live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=plan.total_trials, stream=stream)
-    callback: SweepCallback | None = None
-    # From here on the parent run exists: whatever is raised, the finally closes it.
-    try:
-        scheduler = build_scheduler(exp)
-        gate = budget_gate(exp, plan.budget)
-        if gate is not None:
-            scheduler.before_launch = refuse_over_budget(gate)
-        if plan.baseline is not None:
-            claimed = next((r.trial_id for r in journaled.values() if r.baseline), None)
-            scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)
-        live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
-        searcher, first = build_searcher(
-            exp,
-            seed=plan.root_seed,
-            max_concurrent=live_limit,
-            points=plan.searcher_points,
-            evaluated=list(plan.warm_points),
-            stopped=scheduler.early_stopped if hasattr(scheduler, "early_stopped") else None,
-        )
-        callback = SweepCallback(
-            plan=plan,
-            recorder=sweep_recorder,
-            view=live,
-            stopper=stopper,
-            scheduler=scheduler,
-            provenance=trial_provenance(tags),
-            budget_gate=gate,
-            records=journaled,
-        )
-        spec = TrialSpec(
-            train_loop=exp.train_loop,
-            num_workers=exp.workers_per_trial,
-            use_gpu=exp.use_gpu,
-            resources_per_worker=exp.worker_resources,
-            placement_strategy=exp.placement_strategy,
-            root_seed=plan.root_seed,
-            storage_path=train_storage(plan),
-            trial_seeds=plan.trial_seeds,
-            deterministic=exp.deterministic,
-            initial_checkpoint=plan.initial_checkpoint,
-            objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
-            # A TorchTrainer trial restarts its workers through Ray Train (same Train run);
-            # an in-process or worker-group trial is restarted by Tune (below).
-            max_failures=0 if exp.reuses_trial_process else exp.max_failures,
-            # Trials that ended before a crash, which Tune's last saved state still had running.
-            finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
-        )
-        if exp.in_process:
-            # The trial itself trains: it holds the worker's resources, and Tune reuses its
-            # process for the next trial (no start-up per trial).
-            trainable = tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
-        elif exp.runner == "worker_group":
-            # The trial's placement group: its own token bundle, then one per worker, placed
-            # by the experiment's strategy; Tune reuses the process (and its workers) for
-            # the next trial of the same shape.
-            assert isinstance(exp.workers_per_trial, int)  # a fixed number: Experiment.runner
-            bundles = [DRIVER_RESOURCES] + [exp.worker_resources] * exp.workers_per_trial
-            trainable = tune.with_resources(
-                tune.with_parameters(run_trial_on_group, spec=spec),
-                tune.PlacementGroupFactory(bundles, strategy=exp.placement_strategy),
-            )
-        else:
-            trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
-        limited = exp.searcher not in ("random", "grid")
-        search_alg: Any = searcher
-        if plan.resume and limited:
-            search_alg = _internals.resumed_search(
-                ConcurrencyLimiter(searcher, max_concurrent=live_limit),  # type: ignore[arg-type]  # a Searcher here
-                plan.tune_samples,
-            )
-        tune_config = tune.TuneConfig(
-            # metric and mode are the scheduler's and the searcher's own (the searcher may
-            # search on several metrics, the scheduler decides on the first).
-            scheduler=scheduler,
-            search_alg=search_alg,
-            num_samples=plan.tune_samples,
-            max_concurrent_trials=live_limit if limited and not plan.resume else None,
-            time_budget_s=exp.stop.time_budget_s,
-            trial_name_creator=TrialNamer(first),
-            trial_dirname_creator=trial_dirname,
-            reuse_actors=exp.reuses_trial_process,
-        )
-        run_config = tune.RunConfig(
-            name=plan.sweep_name,
-            storage_path=plan.storage_path,
-            stop=stopper,
-            callbacks=[callback],
-            failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.reuses_trial_process else 0),
-            # Every trial's checkpoints are Tune's (see tunetrain/trial/), kept by the policy;
-            # under PBT all of them: a recipient may restore any donor's at any time.
-            checkpoint_config=tune.CheckpointConfig(
-                num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
-                checkpoint_score_attribute=callback.score_attribute,
-                checkpoint_score_order=callback.score_order,
-            ),
-            verbose=0,
-        )
-        if plan.resume:
-            for line in point_at_kept_checkpoints(plan.sweep_dir, journaled):
-                print(line, file=stream, flush=True)
-            # This run's scheduler, stopper and callbacks (the recorder, the live view, the
-            # journaled trials) take the place of those Tune pickled when the sweep started.
-            tuner = _internals.restore_tuner(
-                plan.sweep_dir, trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config
-            )
-        else:
-            tuner = tune.Tuner(trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config)
-        tuner.fit()
-    except KeyboardInterrupt:
-        interrupted = True
-    except BaseException:
-        crashed = True
-        raise
-    finally:
-        # Whatever happened, nothing stays RUNNING: close every trial and the sweep.
-        if callback is not None:
-            interrupted = callback.end_unfinished() or interrupted
-        records = sorted(callback.records.values(), key=lambda r: r.index) if callback else []
-        live.update(records, force=True)
-        live.close()
-        outcome = SweepOutcome(
-            sweep_name=plan.sweep_name,
-            sweep_id=plan.sweep_id,
-            metric=exp.primary_metric,
-            mode=exp.primary_mode,
-            trials=records,
-            experiment_id=sweep_recorder.experiment_id,
-            parent_run_id=parent_run_id,
-            tracking_uri=plan.tracking_uri,
-            run_ids={},
-            bad_input=stopper.bad_input,
-            bad_input_fix=stopper.bad_input_fix,
-            interrupted=interrupted and stopper.bad_input is None,
-            log_path=str(log_dir),
-            storage_path=f"{plan.storage_path}/{plan.sweep_name}",
-            stop_reason=gate.reason if gate is not None and gate.refused else "",
-            searched=spaces.free_dimensions(exp.space),
-        )
-        pareto_tags: dict[str, Any] = {}
-        if outcome.stop_reason:
-            pareto_tags[schema.STOP_REASON_TAG] = outcome.stop_reason
-        # Every Train run has ended: none of Train's own checkpoint copies is needed.
-        remove_train_copies(plan.sweep_dir, "train")
-        if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
-            outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
-            pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
-            pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
-        # The end waits for the store once, not per call: at most drain_timeout_s in all
-        # (the recorder's, 2 minutes by default) while it is away.
-        end_by = time.monotonic() + sweep_recorder.drain_timeout_s
 
-        def left() -> float:
-            return max(0.0, end_by - time.monotonic())
+def _scheduler(plan: SweepPlan, gate: Any, *, journaled: Mapping[str, TrialRecord]) -> Any:
+    """The experiment's scheduler, with the budget's hook (no launch over it) and the
+    baseline trial exempt from early stopping (the one a resumed sweep journaled)."""
+    scheduler = build_scheduler(plan.experiment)
+    if gate is not None:
+        scheduler.before_launch = refuse_over_budget(gate)
+    if plan.baseline is not None:
+        claimed = next((r.trial_id for r in journaled.values() if r.baseline), None)
+        scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)
+    return scheduler
 
-        if exp.multi_objective:
-            outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
-            outcome.pareto = pareto_front(records, outcome.objectives)
-            for record in outcome.pareto:
-                sweep_recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
-            sweep_recorder.flush(timeout=left())
-            pareto_tags |= {  # with the stop reason and checkpoint usage above
-                schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
-                schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
-                schema.PARETO_RUN_IDS_TAG: ",".join(sweep_recorder.run_id(r.name) or "" for r in outcome.pareto),
-            }
-        best = outcome.best
-        sweep_recorder.end_sweep(
-            status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
-            best_metrics={schema.BEST_METRIC_PREFIX + exp.primary_metric: best.best_value}
-            if best and best.best_value is not None
-            else {},
-            tags={
-                **pareto_tags,
-                schema.TRIALS_TAG: len(records),
-                # Every status, 0 included: a resumed sweep's counts replace the last session's.
-                **{schema.TRIALS_STATUS_PREFIX + s: outcome.count(s) for s in ENDED},
-            },
-            best_trial=best.name if best else None,
-            best_config=best.config if best else None,
-            step=resumes,
+
+def _tuner(
+    plan: SweepPlan,
+    scheduler: Any,
+    callback: SweepCallback,
+    stopper: SweepStopper,
+    *,
+    journaled: Mapping[str, TrialRecord],
+    stream: TextIO,
+) -> Any:
+    """Ray Tune's Tuner for the plan (restored from Tune's saved state for a resume): the
+    searcher behind its concurrency limit, the trainable, the stopper and the callback."""
+    exp = plan.experiment
+    live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
+    searcher, first = build_searcher(
+        exp,
+        seed=plan.root_seed,
+        max_concurrent=live_limit,
+        points=plan.searcher_points,
+        evaluated=list(plan.warm_points),
+        stopped=scheduler.early_stopped if hasattr(scheduler, "early_stopped") else None,
+    )
+    trainable = _trainable(plan, journaled)
+    limited = exp.searcher not in ("random", "grid")
+    search_alg: Any = searcher
+    if plan.resume and limited:
+        search_alg = _internals.resumed_search(
+            ConcurrencyLimiter(searcher, max_concurrent=live_limit),  # type: ignore[arg-type]  # a Searcher here
+            plan.tune_samples,
         )
-        sweep_recorder.flush(timeout=left())
-        outcome.run_ids = {r.name: rid for r in records if (rid := sweep_recorder.run_id(r.name))}
-        sweep_recorder.close(timeout=left())
-        outcome.sweep_s = time.perf_counter() - started
-        if sweep_recorder.unsent:
-            print(
-                f"tunetrain: {sweep_recorder.unsent} record(s) did not reach the MLflow store at "
-                f"{redact(plan.tracking_uri)}; "
-                f"they are kept in {plan.journal_path}.\n  Write them when it is back: "
-                f"{sweep_command('sync', plan.sweep_name, plan.storage_path)}",
-                file=stream,
-            )
-        outcome.record_errors, outcome.record_error = sweep_recorder.error_count, sweep_recorder.first_error
-        outcome.journal_error = sweep_recorder.journal_error
-    return outcome
+    tune_config = tune.TuneConfig(
+        # metric and mode are the scheduler's and the searcher's own (the searcher may
+        # search on several metrics, the scheduler decides on the first).
+        scheduler=scheduler,
+        search_alg=search_alg,
+        num_samples=plan.tune_samples,
+        max_concurrent_trials=live_limit if limited and not plan.resume else None,
+        time_budget_s=exp.stop.time_budget_s,
+        trial_name_creator=TrialNamer(first),
+        trial_dirname_creator=trial_dirname,
+        reuse_actors=exp.reuses_trial_process,
+    )
+    run_config = tune.RunConfig(
+        name=plan.sweep_name,
+        storage_path=plan.storage_path,
+        stop=stopper,
+        callbacks=[callback],
+        failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.reuses_trial_process else 0),
+        # Every trial's checkpoints are Tune's (see tunetrain/trial/), kept by the policy;
+        # under PBT all of them: a recipient may restore any donor's at any time.
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=None if callback.population_based else exp.checkpoint.num_to_keep,
+            checkpoint_score_attribute=callback.score_attribute,
+            checkpoint_score_order=callback.score_order,
+        ),
+        verbose=0,
+    )
+    if not plan.resume:
+        return tune.Tuner(trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config)
+    for line in point_at_kept_checkpoints(plan.sweep_dir, journaled):
+        print(line, file=stream, flush=True)
+    # This run's scheduler, stopper and callbacks (the recorder, the live view, the
+    # journaled trials) take the place of those Tune pickled when the sweep started.
+    return _internals.restore_tuner(
+        plan.sweep_dir, trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config
+    )
+
+
+def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord]) -> Any:
+    """The Tune trainable of the experiment's trial runner, with its resources."""
+    exp = plan.experiment
+    spec = TrialSpec(
+        train_loop=exp.train_loop,
+        num_workers=exp.workers_per_trial,
+        use_gpu=exp.use_gpu,
+        resources_per_worker=exp.worker_resources,
+        placement_strategy=exp.placement_strategy,
+        root_seed=plan.root_seed,
+        storage_path=train_storage(plan),
+        trial_seeds=plan.trial_seeds,
+        deterministic=exp.deterministic,
+        initial_checkpoint=plan.initial_checkpoint,
+        objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
+        # A TorchTrainer trial restarts its workers through Ray Train (same Train run);
+        # an in-process or worker-group trial is restarted by Tune (below).
+        max_failures=0 if exp.reuses_trial_process else exp.max_failures,
+        # Trials that ended before a crash, which Tune's last saved state still had running.
+        finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
+    )
+    if exp.in_process:
+        # The trial itself trains: it holds the worker's resources, and Tune reuses its
+        # process for the next trial (no start-up per trial).
+        return tune.with_resources(tune.with_parameters(run_trial_in_process, spec=spec), exp.worker_resources)
+    if exp.runner == "worker_group":
+        # The trial's placement group: its own token bundle, then one per worker, placed
+        # by the experiment's strategy; Tune reuses the process (and its workers) for
+        # the next trial of the same shape.
+        assert isinstance(exp.workers_per_trial, int)  # a fixed number: Experiment.runner
+        bundles = [DRIVER_RESOURCES] + [exp.worker_resources] * exp.workers_per_trial
+        return tune.with_resources(
+            tune.with_parameters(run_trial_on_group, spec=spec),
+            tune.PlacementGroupFactory(bundles, strategy=exp.placement_strategy),
+        )
+    return tune.with_resources(tune.with_parameters(run_trial, spec=spec), DRIVER_RESOURCES)
+
+
+def _close_record(plan: SweepPlan, outcome: SweepOutcome, opened: _Opened, *, crashed: bool, stream: TextIO) -> None:
+    """The end of the sweep's record, whatever happened: the Pareto front, the checkpoints'
+    disk use, the best trial and the counts on the parent run, which ends FINISHED, KILLED
+    or FAILED; the store waited for once (at most the recorder's drain_timeout_s in all,
+    2 minutes by default, while it is away); what did not reach it said, with the sync
+    command. ``outcome`` gets the run ids and the record's errors."""
+    exp, recorder, records = plan.experiment, opened.recorder, outcome.trials
+    pareto_tags: dict[str, Any] = {}
+    if outcome.stop_reason:
+        pareto_tags[schema.STOP_REASON_TAG] = outcome.stop_reason
+    # Every Train run has ended: none of Train's own checkpoint copies is needed.
+    remove_train_copies(plan.sweep_dir, "train")
+    if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
+        outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
+        pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
+        pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
+    end_by = time.monotonic() + recorder.drain_timeout_s
+
+    def left() -> float:
+        return max(0.0, end_by - time.monotonic())
+
+    if exp.multi_objective:
+        outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
+        outcome.pareto = pareto_front(records, outcome.objectives)
+        for record in outcome.pareto:
+            recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
+        recorder.flush(timeout=left())
+        pareto_tags |= {  # with the stop reason and checkpoint usage above
+            schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
+            schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
+            schema.PARETO_RUN_IDS_TAG: ",".join(recorder.run_id(r.name) or "" for r in outcome.pareto),
+        }
+    best = outcome.best
+    recorder.end_sweep(
+        status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
+        best_metrics={schema.BEST_METRIC_PREFIX + exp.primary_metric: best.best_value}
+        if best and best.best_value is not None
+        else {},
+        tags={
+            **pareto_tags,
+            schema.TRIALS_TAG: len(records),
+            # Every status, 0 included: a resumed sweep's counts replace the last session's.
+            **{schema.TRIALS_STATUS_PREFIX + s: outcome.count(s) for s in ENDED},
+        },
+        best_trial=best.name if best else None,
+        best_config=best.config if best else None,
+        step=opened.resumes,
+    )
+    recorder.flush(timeout=left())
+    outcome.run_ids = {r.name: rid for r in records if (rid := recorder.run_id(r.name))}
+    recorder.close(timeout=left())
+    if recorder.unsent:
+        print(
+            f"tunetrain: {recorder.unsent} record(s) did not reach the MLflow store at "
+            f"{redact(plan.tracking_uri)}; "
+            f"they are kept in {plan.journal_path}.\n  Write them when it is back: "
+            f"{sweep_command('sync', plan.sweep_name, plan.storage_path)}",
+            file=stream,
+        )
+    outcome.record_errors, outcome.record_error = recorder.error_count, recorder.first_error
+    outcome.journal_error = recorder.journal_error

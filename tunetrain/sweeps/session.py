@@ -15,7 +15,7 @@ from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
 from tunetrain.storage import check_storage
-from tunetrain.sweeps.result import SweepResult
+from tunetrain.sweeps.result import Status, SweepResult
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -48,55 +48,25 @@ def execute(
     view: Callable[..., Any] | None = None,
 ) -> SweepResult:
     """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.sweeps.resumable.Resumable`)."""
-    from tunetrain import tracking
-    from tunetrain.sweeps import cluster, run
-    from tunetrain.sweeps import plan as planning
 
-    # The store and the cluster, as MLflow's and Ray's tools find them (flag, then
-    # MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default); a server that does not
-    # answer is an error now, before anything starts.
-    store = (
-        tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
+    where = _where(
+        experiment, tracking_uri=tracking_uri, storage=storage, address=address, dry_run=dry_run, recorder=recorder
     )
-    tracking.check_reachable(store)
-    if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
-        tracking.check_writable(store, experiment.name)
-    tracking_uri = store.uri
-    address, address_source = cluster.resolve_address(address)
-    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
-    check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
-    # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
-    # a cluster is asked (connecting starts nothing).
-    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
-    if address is None:
-        nodes = cluster.local_nodes()
-    else:
-        if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
-            nodes = cluster.read_nodes(address)
-        else:
-            cluster.connect(address, log_dir=log_dir)
-            nodes = cluster.cluster_nodes()
-        if len(nodes) > 1 and not storage_given:
-            raise ExperimentError(
-                f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
-                f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
-                "other nodes cannot see.",
-                fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
-                "see docs/cluster.md.",
-            )
     warm = None
     if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
         from tunetrain.sweeps.warm import read_warm_start
 
-        warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=tracking_uri)
+        warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=where.tracking_uri)
         for line in warm.lines:
             print(f"tunetrain: {line}", file=stream, flush=True)
-    plan = planning.plan_sweep(
+    from tunetrain.sweeps.plan import plan_sweep
+
+    plan = plan_sweep(
         experiment,
-        nodes=nodes,
-        tracking_uri=tracking_uri,
-        storage_path=storage,
-        address=address,
+        nodes=where.nodes,
+        tracking_uri=where.tracking_uri,
+        storage_path=where.storage,
+        address=where.address,
         sweep_name=name,
         argv=command,
         trial_seeds=trial_seeds,
@@ -121,7 +91,7 @@ def execute(
             status="dry_run",
             metric=experiment.primary_metric,
             mode=experiment.primary_mode,
-            tracking_uri=tracking_uri,
+            tracking_uri=where.tracking_uri,
             storage_path=plan.sweep_dir,
             plan=plan,
         )
@@ -135,22 +105,40 @@ def execute(
         f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
         + (" and a baseline" if plan.baseline is not None else "")
         + f", at most {plan.max_concurrent} at once, "
-        f"metric {experiment.primary_metric} ({experiment.primary_mode}); {store.line()}",
+        f"metric {experiment.primary_metric} ({experiment.primary_mode}); {where.store.line()}",
         file=stream,
         flush=True,
     )
+    outcome = _run(plan, where, resume=resume, recorder=recorder, view=view, stream=stream)
+    return _result(plan, outcome, report=report, register=register, stream=stream)
+
+
+def _run(
+    plan: Any,
+    where: _Where,
+    *,
+    resume: Any,
+    recorder: Callable[..., Any] | None,
+    view: Callable[..., Any] | None,
+    stream: TextIO,
+) -> Any:
+    """Ray connected (the store opened meanwhile) and the plan run: its SweepOutcome."""
+    from tunetrain import tracking
+    from tunetrain.sweeps import cluster, run
+
     log_dir = plan.local_dir / "logs"
     # While Ray starts; not for a recorder of the caller's (recording off opens no store).
-    opening = tracking.open_in_background(tracking_uri) if recorder is None else None
-    ray_logs = cluster.connect(address, log_dir=log_dir)
+    opening = tracking.open_in_background(where.tracking_uri) if recorder is None else None
+    ray_logs = cluster.connect(where.address, log_dir=log_dir)
     if opening is not None:
         opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
     print(
-        f"Ray: {address or 'embedded'} ({address_source}); logs: {ray_logs} (driver log: {log_dir / 'ray_driver.log'})",
+        f"Ray: {where.address or 'embedded'} ({where.address_source}); logs: {ray_logs} "
+        f"(driver log: {log_dir / 'ray_driver.log'})",
         file=stream,
         flush=True,
     )
-    outcome = run.run_sweep(
+    return run.run_sweep(
         plan,
         journal=resume.journal if resume is not None else None,  # read once, when the resume was checked
         stream=stream,
@@ -158,36 +146,82 @@ def execute(
         recorder=recorder or tracking.SweepRecorder,
         **({"view": view} if view is not None else {}),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """Where a sweep runs, resolved and checked before Ray starts."""
+
+    store: TrackingURI  # the tracking store, with where it came from
+    address: str | None  # the Ray cluster (None: an embedded Ray)
+    address_source: str  # where the address came from, for the line that names it
+    storage: str
+    nodes: list[Any]  # the cluster's nodes (this machine's, for an embedded Ray)
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.store.uri
+
+
+def _where(
+    experiment: Experiment,
+    *,
+    tracking_uri: str | TrackingURI | None,
+    storage: str | None,
+    address: str | None,
+    dry_run: bool,
+    recorder: Callable[..., Any] | None,
+) -> _Where:
+    """The store and the cluster, as MLflow's and Ray's tools find them (flag, then
+    MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default), and the storage: a
+    server that does not answer, a store that would refuse the sweep's runs, a storage
+    that cannot be written, a cluster of several nodes without a shared storage are errors
+    now, before anything starts."""
+    from tunetrain import tracking
+    from tunetrain.sweeps import cluster
+
+    store = (
+        tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
+    )
+    tracking.check_reachable(store)
+    if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
+        tracking.check_writable(store, experiment.name)
+    address, address_source = cluster.resolve_address(address)
+    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
+    check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
+    # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
+    # a cluster is asked (connecting starts nothing).
+    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
+    if address is None:
+        return _Where(store, address, address_source, storage, cluster.local_nodes())
+    if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
+        nodes = cluster.read_nodes(address)
+    else:
+        cluster.connect(address, log_dir=log_dir)
+        nodes = cluster.cluster_nodes()
+    if len(nodes) > 1 and not storage_given:
+        raise ExperimentError(
+            f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
+            f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
+            "other nodes cannot see.",
+            fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
+            "see docs/cluster.md.",
+        )
+    return _Where(store, address, address_source, storage, nodes)
+
+
+def _result(plan: Any, outcome: Any, *, report: bool, register: bool, stream: TextIO) -> SweepResult:
+    """After the run: the summary, the report, the sweep's status (what the record lacks
+    said, with the fix), the best trial registered, and the result."""
+    from tunetrain import tracking
     from tunetrain.sweeps.console import summary
 
+    tracking_uri = plan.tracking_uri
     print("", file=stream)
     print(summary(outcome, ui_command=tracking.ui_command(tracking_uri)), file=stream, flush=True)
     if report and outcome.parent_run_id and not outcome.bad_input:
         end_of_sweep_report(outcome, tracking_uri, plan.local_dir, stream)
-    if outcome.bad_input:
-        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
-        status = "bad_input"
-    elif outcome.record_errors:
-        print(
-            f"\ntunetrain: error: the MLflow store at {redact(outcome.tracking_uri)} refused {outcome.record_errors} "
-            f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
-            f"is kept in {plan.journal_path}: fix the cause, then write it with "
-            f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
-            file=stream,
-        )
-        status = "not_recorded"
-    elif outcome.journal_error:
-        print(
-            f"\ntunetrain: error: the sweep's tracking journal could not be written: {outcome.journal_error}.\n"
-            f"  Every record went on to the MLflow store at {redact(outcome.tracking_uri)}, but the sweep has no "
-            "complete local copy to resume from or to send again; free space on its disk.",
-            file=stream,
-        )
-        status = "not_recorded"
-    elif any(t.status in ("completed", "stopped_early") for t in outcome.trials):
-        status = "ok"
-    else:
-        status = "all_failed"
+    status = _status(plan, outcome, stream)
     registered = None
     if register and status == "ok" and outcome.parent_run_id and not outcome.interrupted:
         from tunetrain.sweeps.handoff import register_at_end
@@ -195,7 +229,7 @@ def execute(
         registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream)
     return SweepResult(
         name=plan.sweep_name,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         metric=outcome.metric,
         mode=outcome.mode,
         tracking_uri=tracking_uri,
@@ -210,6 +244,31 @@ def execute(
         plan=plan,
         registered=registered,
     )
+
+
+def _status(plan: Any, outcome: Any, stream: TextIO) -> Status:
+    """The sweep's status; bad input, a refused record or an unwritten journal said here."""
+    if outcome.bad_input:
+        print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
+        return "bad_input"
+    if outcome.record_errors:
+        print(
+            f"\ntunetrain: error: the MLflow store at {redact(outcome.tracking_uri)} refused {outcome.record_errors} "
+            f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
+            f"is kept in {plan.journal_path}: fix the cause, then write it with "
+            f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
+            file=stream,
+        )
+        return "not_recorded"
+    if outcome.journal_error:
+        print(
+            f"\ntunetrain: error: the sweep's tracking journal could not be written: {outcome.journal_error}.\n"
+            f"  Every record went on to the MLflow store at {redact(outcome.tracking_uri)}, but the sweep has no "
+            "complete local copy to resume from or to send again; free space on its disk.",
+            file=stream,
+        )
+        return "not_recorded"
+    return "ok" if any(t.status in ("completed", "stopped_early") for t in outcome.trials) else "all_failed"
 
 
 def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:

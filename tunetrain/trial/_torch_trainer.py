@@ -94,24 +94,16 @@ class _ReportToTrial(UserCallback):
         ray.get(self._mailbox.put.remote((_WORKER_FAILED, "; ".join(reasons))))
 
 
-def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
-    """The Tune function of a multi-worker trial: run a TorchTrainer, report what it reports.
-
-    A trial that Tune restored (a PBT exploit, a HyperBand resume, a retry) starts a new Train
-    run whose workers get the restored checkpoint from ``ray.train.get_checkpoint()``.
-    """
+def _trainer(
+    config: dict[str, Any], spec: TrialSpec, *, name: str, index: int, seed: int, mailbox: Any, run_name: str
+) -> Any:
+    """The trial's TorchTrainer: its workers run the train loop behind ``worker_main``, and
+    rank 0's reports reach the trial through ``mailbox`` (``_ReportToTrial``)."""
     # Imported here: it imports torch (about 2 s of CPU on 2 cores), which the trial processes
     # of the other runners, importing this package, pay only when their loop uses torch.
     from ray.train.torch import TorchTrainer
 
-    name = tune.get_context().get_trial_name()
-    if name in spec.finished:
-        return
-    index = trial_index(name)
-    seed = spec.trial_seed(index)
-    mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
-    run_name = f"{name}-{uuid.uuid4().hex[:8]}"
-    trainer = TorchTrainer(
+    return TorchTrainer(
         worker_main(
             spec.train_loop,
             name,
@@ -141,6 +133,22 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             failure_config=FailureConfig(max_failures=spec.max_failures),
         ),
     )
+
+
+def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
+    """The Tune function of a multi-worker trial: run a TorchTrainer, report what it reports.
+
+    A trial that Tune restored (a PBT exploit, a HyperBand resume, a retry) starts a new Train
+    run whose workers get the restored checkpoint from ``ray.train.get_checkpoint()``.
+    """
+    name = tune.get_context().get_trial_name()
+    if name in spec.finished:
+        return
+    index = trial_index(name)
+    seed = spec.trial_seed(index)
+    mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
+    run_name = f"{name}-{uuid.uuid4().hex[:8]}"
+    trainer = _trainer(config, spec, name=name, index=index, seed=seed, mailbox=mailbox, run_name=run_name)
     failure: list[BaseException] = []
 
     def fit() -> None:
