@@ -19,6 +19,7 @@ from tunetrain.experiment import Experiment
 from tunetrain.sweeps.callback import SweepCallback
 from tunetrain.sweeps.plan import SweepPlan, plan_sweep
 from tunetrain.sweeps.policy import SweepStopper
+from tunetrain.tracking import SweepLog
 from tunetrain.trial import worst_for_diverged
 
 
@@ -37,7 +38,8 @@ class FakeTrial:
 
 
 class CallLog:
-    """A recorder that keeps every call the callback makes (method, trial, keywords)."""
+    """A recorder that keeps every call made of it (method, trial, keywords): what tracking's
+    SweepLog turned the callback's records into."""
 
     experiment_id = "0"
 
@@ -104,7 +106,7 @@ class FakeTune:
         self.recorder = CallLog()
         self.callback = SweepCallback(
             plan=plan,
-            recorder=self.recorder,  # type: ignore[arg-type]  # the Recorder protocol, duck-typed
+            log=SweepLog(self.recorder),  # type: ignore[arg-type]  # CallLog: the Recorder protocol, duck-typed
             view=_View(),  # type: ignore[arg-type]
             stopper=self.stopper,
             scheduler=self.scheduler,

@@ -36,16 +36,18 @@ def _imports(path: Path) -> set[str]:
 # {results, algorithms, trial} -> tracking -> building blocks. Of a sweep's stages only the
 # session (the end-of-sweep report), warm start and the hand-off read the record back.
 _UP = ("tunetrain.api", "tunetrain.cli")
+# The run side speaks in records; only tracking names MLflow's tags (tracking.schema).
+_SCHEMA = ("tunetrain.tracking.schema",)
 FORBIDDEN = {
     "tunetrain.api": ("tunetrain.cli",),
-    "tunetrain.sweeps": _UP,
+    "tunetrain.sweeps": (*_UP, *_SCHEMA),
     **{
         f"tunetrain.sweeps.{stage}": ("tunetrain.results",)
         for stage in ("run", "callback", "policy", "plan", "cluster", "console", "cost", "resumable", "request")
     },
     "tunetrain.results": (*_UP, "tunetrain.sweeps", "tunetrain.algorithms", "tunetrain.trial"),
-    "tunetrain.algorithms": (*_UP, "tunetrain.sweeps", "tunetrain.results"),
-    "tunetrain.trial": (*_UP, "tunetrain.sweeps", "tunetrain.results"),
+    "tunetrain.algorithms": (*_UP, "tunetrain.sweeps", "tunetrain.results", *_SCHEMA),
+    "tunetrain.trial": (*_UP, "tunetrain.sweeps", "tunetrain.results", *_SCHEMA),
     "tunetrain.tracking": (*_UP, "tunetrain.sweeps", "tunetrain.results", "tunetrain.algorithms", "tunetrain.trial"),
 }
 

@@ -84,6 +84,16 @@ class Sweep:
         )
 
     @property
+    def experiment_file(self) -> str:
+        """The experiment file the sweep ran ("" when no file defined it)."""
+        return str(self.tags.get(schema.EXPERIMENT_FILE_TAG, ""))
+
+    @property
+    def experiment_sha256(self) -> str | None:
+        """The sha256 of that file's content when the sweep started."""
+        return self.tags.get(schema.EXPERIMENT_SHA256_TAG)
+
+    @property
     def space(self) -> dict[str, str]:
         """Each searched parameter and its distribution, as the sweep recorded it."""
         return {

@@ -3,7 +3,6 @@ the recorder) and the live view. It records; the decisions are the policy's."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -22,7 +21,7 @@ from tunetrain.sweeps.console import LiveView
 from tunetrain.sweeps.cost.budget import BudgetGate
 from tunetrain.sweeps.plan import SweepPlan, train_storage
 from tunetrain.sweeps.policy import SweepStopper, end_status
-from tunetrain.tracking import Recorder, schema
+from tunetrain.tracking import SweepLog
 from tunetrain.trial import (
     DIVERGED_KEY,
     NODES_KEY,
@@ -42,20 +41,17 @@ class SweepCallback(tune.Callback):
         self,
         *,
         plan: SweepPlan,
-        recorder: Recorder,
+        log: SweepLog,
         view: LiveView,
         stopper: SweepStopper,
         scheduler: Any,
-        provenance: Mapping[str, Any] | None = None,
         budget_gate: BudgetGate | None = None,
         records: Mapping[str, TrialRecord] | None = None,
     ) -> None:
         self.plan = plan
         self.train_storage = train_storage(plan)
         self.budget_gate = budget_gate
-        # The sweep's code, version and hardware facts, copied onto every trial's run.
-        self.provenance = dict(provenance or {})
-        self.recorder = recorder
+        self.log = log  # the recorder, spoken to in records (tracking turns them into MLflow's)
         self.view = view
         self.stopper = stopper
         self.early_stopped: Mapping[str, int] = scheduler.early_stopped
@@ -76,7 +72,7 @@ class SweepCallback(tune.Callback):
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks with the experiment state; the recorder (a thread) and
         # the console belong to this driver process only.
-        return {k: v for k, v in self.__dict__.items() if k not in ("recorder", "view")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("log", "view")}
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._record_exploits()
@@ -91,7 +87,7 @@ class SweepCallback(tune.Callback):
         if record is not None:  # resumed (HyperBand, a resumed sweep) or restarted from a donor (PBT): same run
             if record.status == "interrupted":  # Ctrl+C or a crash ended it; the resumed sweep goes on with it
                 record.reopened(time.time())
-                self.recorder.reopen_trial(record.name)
+                self.log.reopen_trial(record)
                 if self.budget_gate is not None:
                     self.budget_gate.started(trial.trial_id)
             if record.status not in ENDED:
@@ -112,25 +108,14 @@ class SweepCallback(tune.Callback):
         self.records[trial.trial_id] = record
         if self.budget_gate is not None:
             self.budget_gate.started(trial.trial_id)
-        self.recorder.start_trial(
-            name,
-            params={**spaces.flatten(record.config), schema.SEED_TAG: record.seed},
-            tags={
-                schema.TRIAL_ID_TAG: trial.trial_id,
-                schema.TRIAL_INDEX_TAG: index,
-                schema.SWEEP_ID_TAG: self.plan.sweep_id,
-                schema.SEED_TAG: record.seed,
-                # Each worker's seed (rank order): derived from the trial's seed and its rank.
-                schema.WORKER_SEEDS_TAG: ",".join(
-                    str(derive_seed(record.seed, rank)) for rank in range(self.plan.experiment.max_workers)
-                ),
-                **({schema.BASELINE_TAG: "true"} if record.baseline else {}),
-                **self.provenance,
-            },
-            start_time=record.start_time,
+        self.log.start_trial(
+            record,
+            sweep_id=self.plan.sweep_id,
+            # Each worker's seed (rank order): derived from the trial's seed and its rank.
+            worker_seeds=[derive_seed(record.seed, rank) for rank in range(self.plan.experiment.max_workers)],
         )
         if self.population_based:  # the values PBT may change, as metrics from step 0 on
-            self.recorder.log_metrics(name, step=0, metrics=self._mutable_values(record.config), timestamp=time.time())
+            self.log.mutable_values(record, step=0, values=self._mutable_values(record.config))
         self.view.update(self._trials(), force=True)
 
     def on_trial_result(
@@ -150,17 +135,7 @@ class SweepCallback(tune.Callback):
             self._restarted(record, list(restarts))
         nodes = result.get(NODES_KEY)
         if nodes:  # where the trial's workers run (rank order): node and device
-            self.recorder.set_tags(
-                record.name,
-                {
-                    schema.NODES_TAG: ",".join(n["ip"] for n in nodes),
-                    schema.NODE_IDS_TAG: ",".join(n["node_id"] for n in nodes),
-                    schema.WORLD_SIZE_TAG: len(nodes),
-                    schema.DEVICE_TAG: ",".join(n["device"] for n in nodes),
-                    schema.DEVICE_NAME_TAG: nodes[0]["device_name"],
-                    schema.DEVICE_MEMORY_TAG: nodes[0]["device_memory_gib"],
-                },
-            )
+            self.log.placed(record, nodes)
         if step <= record.iterations and not self.population_based:
             # A trial restored from a checkpoint older than its last report (a retry, a resumed
             # sweep, a HyperBand resume) reruns those steps: each step is recorded once, the
@@ -173,7 +148,7 @@ class SweepCallback(tune.Callback):
         record.reported(
             step, metrics, metric=self.plan.experiment.primary_metric, mode=self.plan.experiment.primary_mode
         )
-        self.recorder.log_metrics(record.name, step=step, metrics=metrics, timestamp=time.time())
+        self.log.report(record, step=step, metrics=metrics)
         # Tune marks a result that came with a checkpoint (whether or not it keeps it).
         self._results[trial.trial_id] += 1
         if result.get(CHECKPOINT_DIR_NAME):
@@ -196,20 +171,12 @@ class SweepCallback(tune.Callback):
     def _restarted(self, record: TrialRecord, reasons: list[str]) -> None:
         """Record restarts of a trial from its checkpoint: count, last reason, all of them."""
         record.restarts.extend(reasons)
-        self.recorder.set_tags(
-            record.name,
-            {schema.RESTARTS_TAG: len(record.restarts), schema.RESTART_REASON_TAG: record.restarts[-1]},
-        )
-        self.recorder.log_dict(
-            record.name,
-            schema.RESTARTS_ARTIFACT,
-            {"restarts": [{"after_step": record.iterations, "reason": r} for r in record.restarts]},
-        )
+        self.log.restarted(record)
 
     def _mutable_values(self, config: Mapping[str, Any]) -> dict[str, float]:
         free = set(spaces.free_dimensions(self.plan.experiment.space))
         return {
-            schema.PBT_METRIC_PREFIX + key: float(value)
+            key: float(value)
             for key, value in spaces.flatten(config).items()
             if key in free and isinstance(value, int | float) and not isinstance(value, bool)
         }
@@ -226,7 +193,7 @@ class SweepCallback(tune.Callback):
             entry = {
                 "step": exploit["step"],
                 "donor": donor.name,
-                "donor_run_id": self.recorder.run_id(donor.name),
+                "donor_run_id": self.log.run_id(donor.name),
                 "donor_step": exploit["donor_step"],
                 "at": exploit["at"],
                 "old": exploit["old"],
@@ -234,18 +201,8 @@ class SweepCallback(tune.Callback):
             }
             history = self._exploits_of.setdefault(record.name, [])
             history.append(entry)
-            self.recorder.log_metrics(
-                record.name, step=exploit["step"], metrics=self._mutable_values(record.config), timestamp=time.time()
-            )
-            self.recorder.set_tags(
-                record.name,
-                {
-                    schema.PBT_EXPLOITS_TAG: len(history),
-                    schema.PBT_LAST_DONOR_TAG: donor.name,
-                    schema.PBT_LAST_DONOR_RUN_ID_TAG: entry["donor_run_id"] or "",
-                },
-            )
-            self.recorder.log_dict(record.name, schema.PBT_EXPLOITS_ARTIFACT, {"exploits": history})
+            self.log.mutable_values(record, step=exploit["step"], values=self._mutable_values(record.config))
+            self.log.exploited(record, history=history, donor=donor)
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         # Persisted by Tune (for both trial runners) after the result it came with.
@@ -254,7 +211,7 @@ class SweepCallback(tune.Callback):
             return
         path = str(checkpoint.path)
         record.checkpointed(path, score=self.score_attribute)
-        self.recorder.set_tags(record.name, {schema.CHECKPOINT_LATEST_TAG: path})
+        self.log.checkpointed(record, path)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         if self.budget_gate is not None:
@@ -278,10 +235,7 @@ class SweepCallback(tune.Callback):
     def _end_oom(self, record: TrialRecord, oom: Mapping[str, Any]) -> None:
         """End a trial that ran out of memory: its peak memory and batch settings go on its run."""
         settings = {k: v for k, v in spaces.flatten(record.config).items() if _BATCH_SETTING.search(k)}
-        tags: dict[str, Any] = {schema.OOM_BATCH_SETTINGS_TAG: json.dumps(settings, default=str)}
-        if oom.get("peak_memory_gib") is not None:
-            tags[schema.OOM_PEAK_MEMORY_TAG] = oom["peak_memory_gib"]
-        self.recorder.set_tags(record.name, tags)
+        self.log.out_of_memory(record, batch_settings=settings, peak_gib=oom.get("peak_memory_gib"))
         self._end(record, "oom", error=str(oom.get("error") or "out of memory"))
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -315,25 +269,7 @@ class SweepCallback(tune.Callback):
         # Tune holds the kept ones. A trial Tune stopped can end before its driver deletes them.
         remove_train_copies(self.train_storage, f"{record.name}-*")
         best = record.best_checkpoint(self.score_attribute, self.score_order)
-        # The time it ran, without the time a Ctrl+C or crash kept the sweep stopped.
-        tags: dict[str, Any] = {schema.ITERATIONS_TAG: record.iterations, schema.DURATION_TAG: round(record.ran_s, 3)}
-        if best is not None:
-            tags[schema.CHECKPOINT_BEST_TAG] = best["path"]
-            tags[schema.CHECKPOINT_STEP_TAG] = best["step"]
-        artifacts = (
-            {schema.CHECKPOINTS_ARTIFACT: {"checkpoints": record.checkpoints, "best": best}}
-            if record.checkpoints
-            else {}
-        )
-        self.recorder.end_trial(
-            record.name,
-            status=status,
-            end_time=record.end_time,
-            tags=tags,
-            error=error,
-            error_headline=error_headline(error) if error else "",
-            artifacts=artifacts,
-        )
+        self.log.end_trial(record, status=status, best=best)
         self.view.update(self._trials(), force=True)
 
     def end_unfinished(self) -> bool:

@@ -4,7 +4,6 @@ from its best kept checkpoint; also what a sweep does at its end unless ``--no-r
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, TextIO
 
@@ -48,7 +47,8 @@ def register(
     The recorded file is imported only with the content the sweep recorded, unless
     ``trust_changed_file``."""
     from tunetrain.results.analysis import load_sweep, nested_config
-    from tunetrain.tracking import register_version, schema
+    from tunetrain.tracking import register_version
+    from tunetrain.tracking.registry import registered_tags, version_tags
 
     found = load_sweep(sweep, tracking_uri=tracking_uri)
     trials = found.trials()
@@ -79,21 +79,22 @@ def register(
     config = nested_config(run.params)
     exp = recorded_experiment(  # None: no export
         experiment,
-        found.tags.get(schema.EXPERIMENT_FILE_TAG, ""),
-        sha256=found.tags.get(schema.EXPERIMENT_SHA256_TAG),
+        found.experiment_file,
+        sha256=found.experiment_sha256,
         trust_changed_file=trust_changed_file,
     )
     metric = found.metric
-    tags = {
-        schema.VERSION_SWEEP_TAG: found.name,
-        schema.VERSION_SWEEP_RUN_TAG: found.run_id,
-        schema.VERSION_TRIAL_TAG: str(row["trial"]),
-        schema.VERSION_TRIAL_RUN_TAG: str(row["run_id"]),
-        schema.VERSION_CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
-        schema.SEED_TAG: str(row["seed"]),
-        schema.VERSION_CHECKPOINT_TAG: checkpoint,
-        f"tunetrain.best_{metric}": f"{row[f'best_{metric}']:.6g}",
-    }
+    tags = version_tags(
+        sweep=found.name,
+        sweep_run_id=found.run_id,
+        trial=str(row["trial"]),
+        trial_run_id=str(row["run_id"]),
+        config=config,
+        seed=row["seed"],
+        checkpoint=checkpoint,
+        metric=metric,
+        value=row[f"best_{metric}"],
+    )
     model, example, note = None, None, ""
     from ray.train import Checkpoint  # local paths and cloud URIs alike
 
@@ -116,7 +117,7 @@ def register(
             tags=tags,
             description=note,
         )
-    found.store.set_tags(found.run_id, {schema.REGISTERED_MODEL_TAG: f"{version.name}/{version.version}"})
+    found.store.set_tags(found.run_id, registered_tags(version))
     return Registered(
         name=version.name,
         version=version.version,

@@ -5,17 +5,14 @@ and what the plan says on the sweep's parent run."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import shlex
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tunetrain import provenance
 from tunetrain import space as spaces
 from tunetrain.algorithms import (
     asha_rungs,
@@ -31,10 +28,12 @@ from tunetrain.records import name_problem
 from tunetrain.redaction import redact
 from tunetrain.resources import check_fit, describe_resources, max_concurrent_trials
 from tunetrain.seeding import draw_root_seed
+from tunetrain.storage import Storage
 from tunetrain.sweeps.cost.budget import Budget
 from tunetrain.sweeps.policy import budget_gate
 from tunetrain.sweeps.resumable import local_dir
-from tunetrain.tracking import JOURNAL_NAME, schema
+from tunetrain.tracking import JOURNAL_NAME, SweepFacts
+from tunetrain.tracking import trial_shape as tracking_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +188,7 @@ def plan_sweep(
         sweep_id=uuid.uuid4().hex[:12],
         root_seed=root_seed,
         tracking_uri=tracking_uri,
-        storage_path=str(Path(storage_path).resolve()) if "://" not in storage_path else storage_path,
+        storage_path=Storage(storage_path).resolved(),
         address=address,
         max_concurrent=max_concurrent,
         nodes=nodes,
@@ -284,75 +283,44 @@ def describe_plan(plan: SweepPlan) -> str:
     return "\n".join(lines)
 
 
-def sweep_tags(plan: SweepPlan) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Params and tags of the sweep's parent run: settings, code, versions, hardware."""
+def sweep_facts(plan: SweepPlan) -> SweepFacts:
+    """What the sweep's parent run says of it (tracking turns it into params and tags)."""
     exp = plan.experiment
-    params: dict[str, Any] = {
-        schema.SPACE_PARAM_PREFIX + k: spaces.describe(v) for k, v in spaces.iter_leaves(exp.space)
-    }
-    params.update({schema.DEFAULT_PARAM_PREFIX + k: v for k, v in spaces.iter_leaves(exp.defaults)})
-    cpus = sum(node.get("CPU", 0.0) for node in plan.nodes)
-    gpus = sum(node.get("GPU", 0.0) for node in plan.nodes)
-    tags: dict[str, Any] = {
-        schema.SWEEP_ID_TAG: plan.sweep_id,
-        schema.SWEEP_NAME_TAG: plan.sweep_name,
-        schema.EXPERIMENT_FILE_TAG: exp.source_path or "",
-        schema.EXPERIMENT_SHA256_TAG: file_sha256(exp.source_path) if exp.source_path else "",
-        schema.SCHEDULER_TAG: exp.scheduler,
-        schema.SEARCHER_TAG: exp.searcher,
-        schema.SEARCHER_NOTE_TAG: plan.searcher_note,
-        schema.METRIC_TAG: exp.primary_metric,
-        schema.MODE_TAG: exp.primary_mode,
-        # Every objective, so that readers (tunetrain.results.analysis) know them even if the sweep dies.
-        schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in exp.objectives),
-        schema.NUM_SAMPLES_TAG: exp.num_samples,
-        schema.ROOT_SEED_TAG: plan.root_seed,
-        schema.DETERMINISTIC_TAG: str(exp.deterministic).lower(),
-        schema.BUDGET_TAG: plan.budget.text if plan.budget else "none",
-        **trial_shape(exp),
-        schema.MAX_CONCURRENT_TAG: plan.max_concurrent,
-        schema.STORAGE_PATH_TAG: f"{plan.storage_path}/{plan.sweep_name}",
-        schema.COMMAND_TAG: plan.command,
-        schema.ADDRESS_TAG: plan.address or "embedded",
-        schema.HARDWARE_PREFIX + "nodes": len(plan.nodes),
-        schema.HARDWARE_PREFIX + "cpus": f"{cpus:g}",
-        schema.HARDWARE_PREFIX + "gpus": f"{gpus:g}",
-        schema.HARDWARE_PREFIX + "cpu_model": provenance.cpu_model(),
-        schema.HARDWARE_PREFIX + "driver_cpu_count": os.cpu_count() or 0,
-        schema.HARDWARE_PREFIX + "gpu_names": ", ".join(provenance.gpu_names()) or "none",
-        schema.HARDWARE_PREFIX + "gpu_memory_gib": ", ".join(f"{m:.1f}" for m in provenance.gpu_memory_gib()) or "none",
-        schema.HARDWARE_PREFIX + "cuda": provenance.cuda_version() or "none",
-    }
-    if plan.consent:
-        tags[schema.CONSENT_TAG] = plan.consent
-    if plan.warm_sources:
-        tags[schema.WARM_START_TAG] = "; ".join(plan.warm_sources)
-        tags[schema.WARM_START_TRIALS_TAG] = len(plan.warm_points)
-    if plan.baseline is not None:
-        tags[schema.BASELINE_CONFIG_TAG] = json.dumps(plan.baseline, sort_keys=True, default=str)
-    if (asha := asha_rungs(exp)) is not None:  # the report's rung chart draws these
-        tags[schema.ASHA_RUNGS_TAG], tags[schema.ASHA_MAX_T_TAG] = ",".join(map(str, asha[0])), asha[1]
-    tags.update({schema.VERSION_PREFIX + name: version for name, version in provenance.package_versions().items()})
-    if exp.source_path:
-        tags.update({schema.GIT_TAG_PREFIX + k: v for k, v in provenance.git_state(exp.source_path).items()})
-    return params, tags
-
-
-def trial_provenance(sweep_tags: Mapping[str, Any]) -> dict[str, Any]:
-    """The sweep's provenance tags that every trial's run carries too (file hash, git state,
-    command, deterministic mode, package versions, hardware)."""
-    return {
-        k: v for k, v in sweep_tags.items() if k in schema.PROVENANCE_TAGS or k.startswith(schema.ENVIRONMENT_PREFIXES)
-    }
+    asha = asha_rungs(exp)
+    return SweepFacts(
+        sweep_id=plan.sweep_id,
+        sweep_name=plan.sweep_name,
+        experiment_file=exp.source_path or "",
+        experiment_sha256=file_sha256(exp.source_path) if exp.source_path else "",
+        scheduler=exp.scheduler,
+        searcher=exp.searcher,
+        searcher_note=plan.searcher_note,
+        objectives=tuple((metric, str(mode)) for metric, mode in exp.objectives),
+        num_samples=exp.num_samples,
+        root_seed=plan.root_seed,
+        deterministic=exp.deterministic,
+        budget=plan.budget.text if plan.budget else None,
+        workers=_workers_text(exp),
+        runner=exp.runner,
+        max_concurrent=plan.max_concurrent,
+        sweep_dir=plan.sweep_dir,
+        command=plan.command,
+        address=plan.address,
+        nodes=plan.nodes,
+        space={k: spaces.describe(v) for k, v in spaces.iter_leaves(exp.space)},
+        defaults=dict(spaces.iter_leaves(exp.defaults)),
+        consent=plan.consent,
+        warm_sources=plan.warm_sources,
+        warm_trials=len(plan.warm_points),
+        baseline=plan.baseline,
+        asha_rungs=(tuple(asha[0]), asha[1]) if asha is not None else None,
+    )
 
 
 def trial_shape(experiment: Experiment) -> dict[str, str]:
-    """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
-    sweeps of the same shape."""
-    return {
-        schema.WORKERS_PER_TRIAL_TAG: _workers_text(experiment),
-        schema.TRIAL_RUNNER_TAG: experiment.runner,
-    }
+    """How a trial runs (workers, runner), as tracking matches smoke runs: a smoke run's
+    timings price only sweeps of the same shape."""
+    return tracking_shape(workers=_workers_text(experiment), runner=experiment.runner)
 
 
 def _trials_text(experiment: Experiment) -> str:
@@ -367,11 +335,3 @@ def _workers_text(experiment: Experiment) -> str:
     """Workers per trial as recorded: ``2``, or ``1-4`` for an elastic range."""
     low, high = experiment.min_workers, experiment.max_workers
     return f"{low}-{high}" if experiment.elastic else str(low)
-
-
-def _artifact_location(tracking_uri: str) -> str | None:
-    """For the embedded sqlite store, keep artifacts beside the database file."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///") :])
-        return (db.parent / "mlartifacts").resolve().as_uri()
-    return None

@@ -8,14 +8,15 @@ the sweep's settings as it started, which a resumed sweep must match.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tunetrain.errors import ExperimentError
 from tunetrain.records import name_problem
-from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState, schema
+from tunetrain.storage import Storage
+from tunetrain.tracking import JOURNAL_NAME, Journal, JournalState, StartedSweep
+from tunetrain.tracking.sweep_log import sweep_changes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,16 +29,21 @@ class Resumable:
     tags: dict[str, Any]
 
     @property
+    def started(self) -> StartedSweep:
+        """The sweep's start as tracking reads it (its settings, seed, trial count)."""
+        return StartedSweep(params=self.params, tags=self.tags)
+
+    @property
     def sweep_id(self) -> str:
-        return str(self.journal.header.get("sweep_id") or self.tags.get(schema.SWEEP_ID_TAG))
+        return str(self.journal.header.get("sweep_id") or self.started.sweep_id)
 
     @property
     def root_seed(self) -> int:
-        return int(self.tags[schema.ROOT_SEED_TAG])
+        return self.started.root_seed
 
     @property
     def num_samples(self) -> int:
-        return int(self.tags[schema.NUM_SAMPLES_TAG])
+        return self.started.num_samples
 
     @property
     def ended_as(self) -> str | None:
@@ -49,11 +55,6 @@ class Resumable:
             elif entry["op"] == "resume_sweep":
                 status = None
         return status if status == "FINISHED" else None
-
-
-def _normal(value: Any) -> str:
-    """A value as the journal holds it (JSON: tuples are lists), for comparing."""
-    return json.dumps(value, default=str, sort_keys=True)
 
 
 # Where the driver keeps a sweep's journal, logs and report when its storage is a URI
@@ -75,7 +76,7 @@ def local_dir(storage: str, name: str) -> Path:
 
 def _local_root(storage: str) -> Path:
     """Where the driver's folders of ``storage``'s sweeps are (see :func:`local_dir`)."""
-    return Path(URI_STORAGE_LOCAL if "://" in storage else storage)
+    return Path(URI_STORAGE_LOCAL if Storage(storage).is_uri else storage)
 
 
 def journal_path(storage: str, name: str) -> Path:
@@ -86,7 +87,7 @@ def journal_path(storage: str, name: str) -> Path:
 def stored(storage: str, name: str, file: str) -> bool:
     """Whether the sweep's folder under ``storage`` (a path or a pyarrow filesystem URI, as
     Ray Tune writes it) holds ``file``."""
-    if "://" not in storage:
+    if not Storage(storage).is_uri:
         return (Path(storage) / name / file).exists()
     import pyarrow.fs
 
@@ -135,19 +136,6 @@ def load(storage: str, name: str) -> Resumable:
 
 
 def changes(sweep: Resumable, params: Mapping[str, Any], tags: Mapping[str, Any]) -> list[str]:
-    """What differs between the sweep as it started and as it would resume; empty when it
-    may resume. More trials (``num_samples``) is not a change; fewer is."""
-    found: list[str] = []
-    old = {**{f"param {k}": v for k, v in sweep.params.items()}, **{k: sweep.tags.get(k) for k in schema.SETTINGS_TAGS}}
-    new = {**{f"param {k}": v for k, v in params.items()}, **{k: tags.get(k) for k in schema.SETTINGS_TAGS}}
-    for key in sorted(set(old) | set(new)):
-        before, after = old.get(key), new.get(key)
-        if _normal(before) != _normal(after):
-            label = key.removeprefix("tunetrain.")
-            if key == schema.EXPERIMENT_SHA256_TAG:
-                found.append(f"the experiment file's content (sha256 {str(before)[:12]} -> {str(after)[:12]})")
-            else:
-                found.append(f"{label}: {before!r} -> {after!r}")
-    if int(tags[schema.NUM_SAMPLES_TAG]) < sweep.num_samples:
-        found.append(f"num_samples: {sweep.num_samples} -> {tags['tunetrain.num_samples']} (it may only grow)")
-    return found
+    """What differs between the sweep as it started and a parent run of ``params`` and
+    ``tags`` (:func:`tunetrain.tracking.sweep_log.sweep_changes`); empty when it may resume."""
+    return sweep_changes(sweep.started, params, tags)

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from tunetrain import _internals, provenance
+from tunetrain import _internals, tracking
 from tunetrain import space as spaces
 from tunetrain.algorithms import (
     build_scheduler,
@@ -24,11 +24,12 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.redaction import redact
+from tunetrain.storage import Storage
 from tunetrain.sweeps.callback import SweepCallback
 from tunetrain.sweeps.console import LiveView
-from tunetrain.sweeps.plan import SweepPlan, _artifact_location, sweep_tags, train_storage, trial_provenance
+from tunetrain.sweeps.plan import SweepPlan, sweep_facts, train_storage
 from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
-from tunetrain.tracking import Journal, JournalState, Recorder, SweepRecorder, schema
+from tunetrain.tracking import Journal, JournalState, Recorder, SweepLog, SweepRecorder
 from tunetrain.trial import (
     DRIVER_RESOURCES,
     TrialNamer,
@@ -43,49 +44,13 @@ from tunetrain.trial import (
 
 def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) -> dict[str, TrialRecord]:
     """The trials a sweep's journal recorded, as the sweep's callback had them (by Tune trial
-    id): config, seed, steps, best value, checkpoints, restarts, status. What the journal
-    holds is what the callback saw, so a resumed sweep goes on from exactly there."""
-    records: dict[str, TrialRecord] = {}
-    by_name: dict[str, TrialRecord] = {}
-    score = experiment.checkpoint.score_attribute or experiment.primary_metric
-    for entry in entries:
-        op, name = entry["op"], str(entry.get("trial"))
-        if op == "start_trial":
-            tags = entry["tags"]
-            record = TrialRecord(
-                name=name,
-                index=int(tags[schema.TRIAL_INDEX_TAG]),
-                trial_id=str(tags[schema.TRIAL_ID_TAG]),
-                # The journal keeps the values themselves (the seed is a tunetrain.* param).
-                config=spaces.unflatten(
-                    {k: v for k, v in entry["params"].items() if not k.startswith(schema.TAG_PREFIX)}
-                ),
-                seed=int(tags[schema.SEED_TAG]),
-                baseline=tags.get(schema.BASELINE_TAG) == "true",
-                start_time=float(entry["start_time"]),
-                running_since=float(entry["start_time"]),
-            )
-            records[record.trial_id] = by_name[name] = record
-            continue
-        found = by_name.get(name)
-        if found is None:  # a record of the sweep's parent run
-            continue
-        record = found
-        # The same TrialRecord methods as the callback's, on what the callback journaled.
-        if op == "metrics" and entry["step"] > 0:  # step 0: PBT's mutable values
-            metrics = {k: float(v) for k, v in entry["metrics"].items()}
-            record.reported(int(entry["step"]), metrics, metric=experiment.primary_metric, mode=experiment.primary_mode)
-        elif op == "tags":
-            tags = entry["tags"]
-            if schema.CHECKPOINT_LATEST_TAG in tags:
-                record.checkpointed(tags[schema.CHECKPOINT_LATEST_TAG], score=score)
-            if schema.RESTART_REASON_TAG in tags:
-                record.restarts.append(str(tags[schema.RESTART_REASON_TAG]))
-        elif op == "reopen_trial":
-            record.reopened(float(entry.get("time", record.start_time)))
-        elif op == "end_trial":
-            record.ended(entry["status"], float(entry["end_time"]), entry.get("error"))
-    return records
+    id), their metrics and checkpoints judged as ``experiment`` judges them."""
+    return tracking.records_from_journal(
+        entries,
+        metric=experiment.primary_metric,
+        mode=experiment.primary_mode,
+        score=experiment.checkpoint.score_attribute or experiment.primary_metric,
+    )
 
 
 def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecord]) -> list[str]:
@@ -97,7 +62,7 @@ def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecor
     most once a second: a sweep killed in between leaves a state naming a deleted checkpoint
     (see :func:`tunetrain._internals.retarget_tune_checkpoints`, which rewrites it).
     """
-    if "://" in sweep_dir:  # a cloud store: left to Tune
+    if Storage(sweep_dir).is_uri:  # a cloud store: left to Tune
         return []
 
     def choose(trial_id: str, missing: str) -> tuple[str, int] | None:
@@ -153,11 +118,10 @@ def run_sweep(
         scheduler = _scheduler(plan, gate, journaled=opened.journaled)
         callback = SweepCallback(
             plan=plan,
-            recorder=opened.recorder,
+            log=opened.log,
             view=live,
             stopper=stopper,
             scheduler=scheduler,
-            provenance=trial_provenance(opened.tags),
             budget_gate=gate,
             records=opened.journaled,
         )
@@ -180,7 +144,7 @@ def run_sweep(
             metric=exp.primary_metric,
             mode=exp.primary_mode,
             trials=records,
-            experiment_id=opened.recorder.experiment_id,
+            experiment_id=opened.log.recorder.experiment_id,
             parent_run_id=opened.parent_run_id,
             tracking_uri=plan.tracking_uri,
             run_ids={},
@@ -201,9 +165,8 @@ def run_sweep(
 class _Opened:
     """The sweep's record as opened: its recorder, parent run, and (resumed) journaled trials."""
 
-    recorder: Recorder
+    log: SweepLog  # the recorder, spoken to in records
     parent_run_id: str | None
-    tags: dict[str, Any]  # the parent run's tags (the trials' provenance is taken from them)
     journaled: dict[str, TrialRecord]
     resumes: int  # 0 for a new sweep, else which resume this is
 
@@ -225,7 +188,7 @@ def _open_record(
         journal_state=state,  # the recorder reads no second copy of it
         tracking_uri=plan.tracking_uri,
         experiment_name=exp.name,
-        artifact_location=_artifact_location(plan.tracking_uri),
+        artifact_location=tracking.artifact_location(plan.tracking_uri),
         error_stream=stream,
         journal=plan.journal_path,
         header={
@@ -236,19 +199,11 @@ def _open_record(
             "request": plan.request,
         },
     )
-    params, tags = sweep_tags(plan)
+    log = SweepLog(sweep_recorder)
     if plan.resume:
-        parent_run_id = sweep_recorder.resume_sweep(
-            tags={
-                schema.RESUMES_TAG: resumes,
-                f"{schema.RESUME_COMMAND_PREFIX}{resumes}": plan.command,
-                schema.NUM_SAMPLES_TAG: exp.num_samples,
-            }
-        )
-        return _Opened(sweep_recorder, parent_run_id, tags, journaled, resumes)
-    parent_run_id = sweep_recorder.start_sweep(
-        run_name=plan.sweep_name, params=params, tags=tags, sweep_id=plan.sweep_id
-    )
+        parent_run_id = log.resume_sweep(sweep_facts(plan), resumes=resumes)
+        return _Opened(log, parent_run_id, journaled, resumes)
+    parent_run_id = log.start_sweep(sweep_facts(plan))
     if parent_run_id is None and sweep_recorder.error_count:  # refused, not away: nothing would be recorded
         sweep_recorder.close()
         raise ExperimentError(
@@ -256,12 +211,7 @@ def _open_record(
             f"{sweep_recorder.first_error}",
             fix="Fix what the store says; nothing was trained.",
         )
-    if exp.source_path:
-        sweep_recorder.log_sweep_artifact(exp.source_path)
-        diff = provenance.git_diff(exp.source_path) if tags.get(schema.GIT_DIRTY_TAG) == "true" else ""
-        if diff:  # the uncommitted changes the sweep ran with
-            sweep_recorder.log_sweep_text(diff, schema.GIT_DIFF_ARTIFACT)
-    return _Opened(sweep_recorder, parent_run_id, tags, journaled, resumes)
+    return _Opened(log, parent_run_id, journaled, resumes)
 
 
 def _scheduler(plan: SweepPlan, gate: Any, *, journaled: Mapping[str, TrialRecord]) -> Any:
@@ -387,16 +337,13 @@ def _close_record(plan: SweepPlan, outcome: SweepOutcome, opened: _Opened, *, cr
     or FAILED; the store waited for once (at most the recorder's drain_timeout_s in all,
     2 minutes by default, while it is away); what did not reach it said, with the sync
     command. ``outcome`` gets the run ids and the record's errors."""
-    exp, recorder, records = plan.experiment, opened.recorder, outcome.trials
-    pareto_tags: dict[str, Any] = {}
-    if outcome.stop_reason:
-        pareto_tags[schema.STOP_REASON_TAG] = outcome.stop_reason
+    exp, log, records = plan.experiment, opened.log, outcome.trials
+    recorder = log.recorder
     # Every Train run has ended: none of Train's own checkpoint copies is needed.
     remove_train_copies(plan.sweep_dir, "train")
-    if "://" not in plan.storage_path:  # what the kept checkpoints cost on disk
+    disk_measured = not Storage(plan.storage_path).is_uri
+    if disk_measured:  # what the kept checkpoints cost on disk
         outcome.checkpoints_kept, outcome.checkpoint_bytes = checkpoint_usage(plan.sweep_dir)
-        pareto_tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
-        pareto_tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes
     end_by = time.monotonic() + recorder.drain_timeout_s
 
     def left() -> float:
@@ -405,30 +352,10 @@ def _close_record(plan: SweepPlan, outcome: SweepOutcome, opened: _Opened, *, cr
     if exp.multi_objective:
         outcome.objectives = [(metric, str(mode)) for metric, mode in exp.objectives]
         outcome.pareto = pareto_front(records, outcome.objectives)
-        for record in outcome.pareto:
-            recorder.set_tags(record.name, {schema.PARETO_TAG: "true"})
-        recorder.flush(timeout=left())
-        pareto_tags |= {  # with the stop reason and checkpoint usage above
-            schema.OBJECTIVES_TAG: ", ".join(f"{m} ({mode})" for m, mode in outcome.objectives),
-            schema.PARETO_TRIALS_TAG: ",".join(r.name for r in outcome.pareto),
-            schema.PARETO_RUN_IDS_TAG: ",".join(recorder.run_id(r.name) or "" for r in outcome.pareto),
-        }
-    best = outcome.best
-    recorder.end_sweep(
-        status="FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED"),
-        best_metrics={schema.BEST_METRIC_PREFIX + exp.primary_metric: best.best_value}
-        if best and best.best_value is not None
-        else {},
-        tags={
-            **pareto_tags,
-            schema.TRIALS_TAG: len(records),
-            # Every status, 0 included: a resumed sweep's counts replace the last session's.
-            **{schema.TRIALS_STATUS_PREFIX + s: outcome.count(s) for s in ENDED},
-        },
-        best_trial=best.name if best else None,
-        best_config=best.config if best else None,
-        step=opened.resumes,
-    )
+        log.pareto_front(outcome.pareto)
+        log.flush(timeout=left())  # the Pareto trials' run ids, for the parent's tags
+    status = "FAILED" if crashed or outcome.bad_input else ("KILLED" if outcome.interrupted else "FINISHED")
+    log.end_sweep(outcome, status=status, resumes=opened.resumes, disk_measured=disk_measured)
     recorder.flush(timeout=left())
     outcome.run_ids = {r.name: rid for r in records if (rid := recorder.run_id(r.name))}
     recorder.close(timeout=left())

@@ -14,13 +14,11 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
-from tunetrain.storage import check_storage
+from tunetrain.storage import DEFAULT_STORAGE, Storage, check_storage
 from tunetrain.sweeps.result import Status, SweepResult
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
-
-DEFAULT_STORAGE = "tunetrain_results"
 
 
 def execute(
@@ -191,7 +189,7 @@ def _where(
     check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
-    log_dir = Path(storage).resolve() / "logs" if "://" not in storage else Path(DEFAULT_STORAGE, "logs").resolve()
+    log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
     if address is None:
         return _Where(store, address, address_source, storage, cluster.local_nodes())
     if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
@@ -332,12 +330,10 @@ def _consent(plan: Any, *, ask_above: str | None, ask_flag: str, yes: bool, stre
 
 def _resumed_plan(plan: Any, resume: Any) -> Any:
     """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
-    from tunetrain.sweeps import resumable as resuming
-    from tunetrain.sweeps.plan import sweep_tags
+    from tunetrain.sweeps.plan import sweep_facts
 
     plan = dataclasses.replace(plan, sweep_id=resume.sweep_id, resume=True)
-    params, tags = sweep_tags(plan)
-    changed = resuming.changes(resume, params, tags)
+    changed = resume.started.changes(sweep_facts(plan))
     if changed:
         raise ExperimentError(
             f"Sweep {resume.name} cannot resume: the experiment changed since it started:\n  - "

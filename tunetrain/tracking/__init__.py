@@ -11,6 +11,8 @@ and the rest are counted.
 
 - :mod:`~tunetrain.tracking.schema`: every tag, param and artifact name of the record;
 - :mod:`~tunetrain.tracking.journal`: the records on local disk before they are sent;
+- :mod:`~tunetrain.tracking.sweep_log`: the run side's records (sweep facts, TrialRecords)
+  turned into MLflow's params, tags, metrics and artifacts: the run side speaks records;
 - :mod:`~tunetrain.tracking.recorder`: the background recorder (and the no-op one);
 - :mod:`~tunetrain.tracking.store`: reading sweeps back from any tracking URI;
 - :mod:`~tunetrain.tracking.registry`: a trial's checkpoint as a registered model version;
@@ -33,8 +35,23 @@ from tunetrain.tracking.store import (
     latest_smoke_timings,
     open_in_background,
 )
+from tunetrain.tracking.sweep_log import (
+    StartedSweep,
+    SweepFacts,
+    SweepLog,
+    records_from_journal,
+    started_sweep,
+    trial_shape,
+)
 from tunetrain.tracking.ui import start_ui_server, stop_ui_server, ui_command
-from tunetrain.tracking.uri import TrackingURI, check_existing, check_reachable, check_writable, resolve_tracking_uri
+from tunetrain.tracking.uri import (
+    TrackingURI,
+    artifact_location,
+    check_existing,
+    check_reachable,
+    check_writable,
+    resolve_tracking_uri,
+)
 
 __all__ = [
     "JOURNAL_NAME",
@@ -45,9 +62,13 @@ __all__ = [
     "RegisteredVersion",
     "RunRecord",
     "SmokeTimings",
+    "StartedSweep",
+    "SweepFacts",
+    "SweepLog",
     "SweepRecorder",
     "SweepStore",
     "TrackingURI",
+    "artifact_location",
     "check_existing",
     "check_reachable",
     "check_store",
@@ -57,11 +78,14 @@ __all__ = [
     "latest_smoke_timings",
     "metric_key_problem",
     "open_in_background",
+    "records_from_journal",
     "register_version",
     "resolve_tracking_uri",
     "schema",
     "start_ui_server",
+    "started_sweep",
     "stop_ui_server",
     "suggested_metric_key",
+    "trial_shape",
     "ui_command",
 ]

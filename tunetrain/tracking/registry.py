@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -92,3 +93,34 @@ def register_version(
     if description:
         client.update_model_version(name, version.version, description=description)
     return RegisteredVersion(name, str(version.version), f"models:/{name}/{version.version}", kind)
+
+
+def version_tags(
+    *,
+    sweep: str,
+    sweep_run_id: str,
+    trial: str,
+    trial_run_id: str,
+    config: Mapping[str, Any],
+    seed: Any,
+    checkpoint: str,
+    metric: str,
+    value: float,
+) -> dict[str, str]:
+    """The tags a registered version carries: the sweep and trial it came from (names and
+    run ids), the trial's config and seed, the checkpoint, and its best value of ``metric``."""
+    return {
+        schema.VERSION_SWEEP_TAG: sweep,
+        schema.VERSION_SWEEP_RUN_TAG: sweep_run_id,
+        schema.VERSION_TRIAL_TAG: trial,
+        schema.VERSION_TRIAL_RUN_TAG: trial_run_id,
+        schema.VERSION_CONFIG_TAG: json.dumps(dict(config), sort_keys=True, default=str),
+        schema.SEED_TAG: str(seed),
+        schema.VERSION_CHECKPOINT_TAG: checkpoint,
+        f"tunetrain.best_{metric}": f"{value:.6g}",
+    }
+
+
+def registered_tags(version: RegisteredVersion) -> dict[str, str]:
+    """The tag that links a sweep's parent run to the version registered from it."""
+    return {schema.REGISTERED_MODEL_TAG: f"{version.name}/{version.version}"}

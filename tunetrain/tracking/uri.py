@@ -158,3 +158,9 @@ def _server_experiment_stage(uri: str, name: str) -> str | None:
     except Exception:  # the server's answer is left to the recorder, which says it
         return None
     return experiment.lifecycle_stage if experiment is not None else None
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """For the embedded sqlite store, the artifacts beside the database file; else the store's own."""
+    db = TrackingURI(tracking_uri, "").sqlite_path
+    return (db.parent / "mlartifacts").resolve().as_uri() if db is not None else None
