@@ -172,3 +172,20 @@ def test_sweep_store_reads_back_every_point_as_mlflows_client_does(tmp_path: Pat
     # The same points as MLflow's own client, NaN included (MLflow stores it as 0 + a flag).
     assert [str(v) for v in history["value"]] == [str(m.value) for m in sorted(expected, key=lambda m: m.step)]
     assert list(history["value"].isna()) == [False, True, False]
+
+
+def test_journal_progress_acknowledges_in_order_and_nothing_after_a_write_given_up() -> None:
+    from tunetrain.tracking.journal import JournalProgress, JournalState
+
+    progress = JournalProgress()
+    first, second, third = progress.emitted(), progress.emitted(), progress.emitted()
+    progress.written(first, done=True)
+    assert progress.to_ack() == 1 and progress.to_ack() is None  # said once
+    progress.written(second, done=False)  # refused: kept for sync
+    progress.written(third, done=True)  # written, but after one given up: not acknowledged
+    assert progress.to_ack() is None and progress.unsent == 2
+    resumed = JournalProgress()
+    resumed.resumed(JournalState(entries=[{"seq": 1, "op": "x"}, {"seq": 2, "op": "y"}], acked=1))
+    assert (resumed.seq, resumed.applied, resumed.unsent) == (2, 1, 1)
+    resumed.replaying(2)
+    assert resumed.may_exist(2) and not resumed.may_exist(3)

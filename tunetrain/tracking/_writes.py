@@ -24,7 +24,7 @@ from tunetrain.tracking._common import (
     _trim,
     metric_key_problem,
 )
-from tunetrain.tracking.journal import Journal
+from tunetrain.tracking.journal import Journal, JournalProgress
 from tunetrain.tracking.schema import (
     BEST_CONFIG_ARTIFACT,
     BEST_CONFIG_TAG,
@@ -54,9 +54,7 @@ class _StoreWrites:
     _run_ids: dict[str, str]
     _pending_metrics: dict[str, list[Metric]]
     _pending_since: float | None
-    _pending_first: int
-    _doubtful: bool
-    _replay_until: int
+    _progress: JournalProgress
 
     @property
     def _client(self) -> MlflowClient:
@@ -66,7 +64,7 @@ class _StoreWrites:
         if not self._pending_metrics:
             self._pending_since = None
             return
-        if self._doubtful or self._pending_first <= self._replay_until:
+        if self._progress.may_exist(self._progress.pending_first):
             # Sent again (after an outage or a crash): leave out points already in the store.
             for run_id in list(self._pending_metrics):
                 present = self._points(run_id, {m.key for m in self._pending_metrics[run_id]})
@@ -128,7 +126,7 @@ class _StoreWrites:
 
     def _apply(self, entry: dict[str, Any]) -> None:
         if entry["op"] == "metrics" and not self._pending_metrics:
-            self._pending_first = entry["seq"]
+            self._progress.pending_first = entry["seq"]
         getattr(self, f"_op_{entry['op']}")(entry)
 
     # -- what each journal entry does in the store -------------------------------------
@@ -179,7 +177,7 @@ class _StoreWrites:
             return
         trial_key = entry["tags"].get(TRIAL_ID_TAG, trial)
         found = None
-        if self._doubtful or entry["seq"] <= self._replay_until:  # it may exist already
+        if self._progress.may_exist(entry["seq"]):
             found = self._find_run(f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{TRIAL_ID_TAG}` = '{trial_key}'")
         run_id, rest = found, dict(entry["tags"])
         if run_id is None:

@@ -185,3 +185,60 @@ class JournalState:
     @property
     def last_seq(self) -> int:
         return self.entries[-1]["seq"] if self.entries else 0
+
+
+@dataclasses.dataclass
+class JournalProgress:
+    """Where a recorder stands in its journal's numbered entries: the state its background
+    thread moves through, each transition one method here.
+
+    ``seq`` is the last entry journaled; every entry up to ``applied`` is in the store, and
+    ``acked`` is the last ``applied`` the journal was told (an ``ack`` line). Entries up to
+    ``replay_until`` are sent again (a resume, ``tunetrain sync``) and ``doubtful`` is set
+    while a write is retried: either way what is written may exist already. Once a write is
+    given up (``kept``: refused, or the store still away at the end) no later entry is
+    acknowledged either, so that ``tunetrain sync`` sends them all again, in order.
+    ``pending_first`` is the first entry whose metric points wait in the batch."""
+
+    seq: int = 0
+    applied: int = 0
+    acked: int = 0
+    replay_until: int = 0
+    pending_first: int = 0
+    kept: bool = False
+    doubtful: bool = False
+
+    def resumed(self, state: JournalState) -> None:
+        """A journal read back (a resume, a sync): what it acknowledged is in the store."""
+        self.applied = self.acked = state.acked
+        self.seq = max(state.last_seq, state.acked)
+
+    def emitted(self) -> int:
+        """A new entry: its number."""
+        self.seq += 1
+        return self.seq
+
+    def replaying(self, last_seq: int) -> None:
+        """Entries up to ``last_seq`` are sent again: each may be in the store already."""
+        self.replay_until = last_seq
+
+    def written(self, seq: int | None, *, done: bool) -> None:
+        """Entry ``seq`` (None: a batch flush) was written (``done``) or given up."""
+        self.kept = self.kept or not done
+        if seq and not self.kept:
+            self.applied = max(self.applied, seq)
+
+    def to_ack(self) -> int | None:
+        """The entry number to acknowledge in the journal now, if it moved (no points pending)."""
+        if self.applied <= self.acked:
+            return None
+        self.acked = self.applied
+        return self.acked
+
+    def may_exist(self, seq: int) -> bool:
+        """Whether entry ``seq`` may be in the store already (a retry, or sent again)."""
+        return self.doubtful or seq <= self.replay_until
+
+    @property
+    def unsent(self) -> int:
+        return self.seq - self.applied

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from tunetrain.redaction import redact, strip_credentials
 from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
-from tunetrain.tracking.journal import Journal, JournalState
+from tunetrain.tracking.journal import Journal, JournalProgress, JournalState
 
 
 class SweepRecorder(_StoreWrites):
@@ -73,13 +73,7 @@ class SweepRecorder(_StoreWrites):
         self._give_up = threading.Event()
         self._outage_since: float | None = None
         self.outages = 0
-        self._seq = 0
-        self._applied = 0  # every entry up to this one is in the store
-        self._acked = 0
-        self._kept = False  # a write was given up: later ones stay unacknowledged too
-        self._doubtful = False  # a write is being retried: it may have gone through before
-        self._replay_until = 0  # entries up to this one are sent again (resume, sync)
-        self._pending_first = 0  # the first entry whose points are pending
+        self._progress = JournalProgress()  # where the entries stand: journaled, in the store, acknowledged
         self._journal: Journal | None = None
         self._state: JournalState | None = None  # a resume's journal, read by the caller
         self._journal_said = False
@@ -107,8 +101,7 @@ class SweepRecorder(_StoreWrites):
                     },
                     sync=True,
                 )
-            self._applied = self._acked = state.acked
-            self._seq = max(state.last_seq, state.acked)
+            self._progress.resumed(state)
             self.parent_run_id, self.experiment_id = state.parent_run_id, state.experiment_id
             self._run_ids.update(state.run_ids)
         self._thread = threading.Thread(target=self._work, name="tunetrain-mlflow", daemon=True)
@@ -133,12 +126,12 @@ class SweepRecorder(_StoreWrites):
             try:
                 entry = self._queue.get(timeout=self._flush_timeout())
             except queue.Empty:  # the oldest pending point has waited long enough
-                self._kept = not self._guarded(self._flush_metrics) or self._kept
+                self._progress.written(None, done=self._guarded(self._flush_metrics))
                 self._ack()
                 continue
             try:
                 if entry is None:
-                    self._kept = not self._guarded(self._flush_metrics) or self._kept
+                    self._progress.written(None, done=self._guarded(self._flush_metrics))
                     self._ack()
                     return
                 if entry["op"] == "flush":
@@ -147,19 +140,18 @@ class SweepRecorder(_StoreWrites):
                     done = self._guarded(functools.partial(self._apply, entry))
                     if self._flush_timeout() == 0.0:
                         done = self._guarded(self._flush_metrics) and done
-                self._kept = self._kept or not done
-                if entry.get("seq") and not self._kept:
-                    self._applied = max(self._applied, entry["seq"])
+                self._progress.written(entry.get("seq"), done=done)
                 self._ack()
             finally:
                 self._queue.task_done()
 
     def _ack(self) -> None:
         """Note in the journal that every entry so far is in the store (none pending)."""
-        if self._journal is not None and not self._pending_metrics and self._applied > self._acked:
-            self._acked = self._applied
-            if not self._journal.write({"ack": self._acked}):
-                self._journal_refused()
+        if self._journal is None or self._pending_metrics:
+            return
+        acked = self._progress.to_ack()
+        if acked is not None and not self._journal.write({"ack": acked}):
+            self._journal_refused()
 
     def _flush_timeout(self) -> float | None:
         """Seconds until pending metric points must go out (None: nothing pending)."""
@@ -197,9 +189,9 @@ class SweepRecorder(_StoreWrites):
                 # Ray Tune's event loop never waits on it.
                 self._give_up.wait(delay)
                 delay = min(delay * 2, 5.0)
-                self._doubtful = True  # what may have gone through is not written twice
+                self._progress.doubtful = True  # what may have gone through is not written twice
                 continue
-            self._doubtful = False
+            self._progress.doubtful = False
             if self._outage_since is not None:
                 self._say(
                     f"tunetrain: the MLflow store is back after {time.monotonic() - self._outage_since:.0f} s; "
@@ -236,8 +228,7 @@ class SweepRecorder(_StoreWrites):
 
     def _emit(self, op: str, **args: Any) -> None:
         """Journal one record (in order) and queue it for the store."""
-        self._seq += 1
-        entry = {"seq": self._seq, "op": op, **args}
+        entry = {"seq": self._progress.emitted(), "op": op, **args}
         if self._journal is not None and not self._journal.write(entry, sync=op in ("end_trial", "end_sweep")):
             self._journal_refused()
         self._queue.put(entry)  # to the store all the same: a full disk loses no MLflow record
@@ -270,7 +261,7 @@ class SweepRecorder(_StoreWrites):
             raise ValueError("sending unsent records needs the sweep's journal")
         state = self._state if self._state is not None else Journal.read(self._journal.path)
         self._state = None  # once: what is written from here on is not in it
-        self._replay_until = state.last_seq
+        self._progress.replaying(state.last_seq)
         for entry in state.unsent:
             self._queue.put(entry)
         return len(state.unsent)
@@ -384,7 +375,7 @@ class SweepRecorder(_StoreWrites):
     @property
     def unsent(self) -> int:
         """Records not yet in the store."""
-        return self._seq - self._applied
+        return self._progress.unsent
 
     def close(self, timeout: float | None = None) -> None:
         """Write what is queued (waiting at most ``timeout`` s, default ``drain_timeout_s``,
