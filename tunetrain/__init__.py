@@ -21,12 +21,14 @@ if TYPE_CHECKING:
         ReplayResult,
         SmokeResult,
         SweepResult,
+        SyncResult,
         confirm,
         register,
         replay,
         resume,
         smoke,
         sweep,
+        sync,
     )
     from tunetrain.context import TrialContext, get_context
     from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
@@ -48,6 +50,8 @@ _WHERE = {
     "resume": "tunetrain.api",
     "smoke": "tunetrain.api",
     "sweep": "tunetrain.api",
+    "SyncResult": "tunetrain.api",
+    "sync": "tunetrain.api",
     "TrialContext": "tunetrain.context",
     "get_context": "tunetrain.context",
     "CheckpointPolicy": "tunetrain.experiment",
@@ -86,6 +90,7 @@ __all__ = [
     "StepStats",
     "StopRule",
     "SweepResult",
+    "SyncResult",
     "TrialContext",
     "confirm",
     "data_loader_seeding",
@@ -98,4 +103,5 @@ __all__ = [
     "smoke",
     "state_dicts",
     "sweep",
+    "sync",
 ]

@@ -1,4 +1,5 @@
-"""The Python API: :func:`sweep`, :func:`resume`, :func:`smoke` and :func:`replay`, what the
+"""The Python API: :func:`sweep`, :func:`resume`, :func:`smoke`, :func:`replay`,
+:func:`confirm`, :func:`register` and :func:`sync`, what the
 CLI's commands call (``tunetrain sweep FILE`` is ``tunetrain.sweep(FILE)``).
 
 Bad input raises :class:`tunetrain.ExperimentError` (rule, value, fix) before anything
@@ -11,6 +12,7 @@ from tunetrain.api._confirm import ConfirmResult, confirm
 from tunetrain.api._replay import ReplayResult, replay
 from tunetrain.api._smoke import SmokeResult, smoke, smoke_request
 from tunetrain.api._sweep import resume, run_request, sweep
+from tunetrain.api._sync import SyncResult, sync
 from tunetrain.sweeps.handoff import Registered, register
 from tunetrain.sweeps.request import SweepRequest, resolve_experiment
 from tunetrain.sweeps.result import SweepResult
@@ -22,6 +24,7 @@ __all__ = [
     "SmokeResult",
     "SweepRequest",
     "SweepResult",
+    "SyncResult",
     "confirm",
     "register",
     "replay",
@@ -31,4 +34,5 @@ __all__ = [
     "smoke",
     "smoke_request",
     "sweep",
+    "sync",
 ]

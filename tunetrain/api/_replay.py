@@ -10,8 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import DEFAULT_STORAGE, execute
+from tunetrain.sweeps.session import execute
 
 
 @dataclasses.dataclass

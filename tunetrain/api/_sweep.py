@@ -15,9 +15,10 @@ from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.redaction import redact
+from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import DEFAULT_STORAGE, execute
+from tunetrain.sweeps.session import execute
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tunetrain.cli._common import DEFAULT_STORAGE, EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
+from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
 from tunetrain.errors import ExperimentError
+from tunetrain.storage import DEFAULT_STORAGE, Storage
 
 if TYPE_CHECKING:
     from tunetrain.sweeps.request import SweepRequest
@@ -308,7 +309,7 @@ def resume_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> 
     if args.num_samples is not None:
         replaced["--num-samples"] = 1
     # The storage absolute: the recorded command works from any folder, as the printed one does.
-    storage = args.storage if "://" in args.storage else os.path.abspath(args.storage)
+    storage = Storage(args.storage).absolute()
     argv = [*_without_flags(argv, replaced), "--resume", "--name", args.sweep, "--storage", storage]
     if args.num_samples is not None:
         argv += ["--num-samples", str(args.num_samples)]
@@ -369,34 +370,10 @@ def sync_parser(subparsers: Any) -> None:
 
 
 def sync_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain import tracking
-    from tunetrain.sweeps import resumable
+    from tunetrain import api
 
-    path = resumable.journal_path(args.storage, args.sweep)
-    if not path.exists():
-        raise ExperimentError(
-            f"No tracking journal for sweep {args.sweep!r} at {str(path)!r}.",
-            fix="Pass the sweep's name and the --storage it ran with.",
-        )
-    header = tracking.Journal.header_of(path)
-    recorder = tracking.SweepRecorder(
-        tracking_uri=header["tracking_uri"],
-        experiment_name=header["experiment_name"],
-        artifact_location=header.get("artifact_location"),
-        error_stream=stream,
-        journal=path,
-        drain_timeout_s=args.timeout,
-    )
-    count = recorder.send_unsent()
-    recorder.flush()
-    recorder.close()
-    left = recorder.unsent
-    print(
-        f"Sweep {args.sweep}: {count - left} of {count} unsent record(s) written to {header['tracking_uri']}"
-        + (f"; {left} still unsent (is the store up?)" if left else "."),
-        file=stream,
-    )
-    return EXIT_OK if left == 0 else EXIT_ALL_FAILED
+    synced = api.sync(args.sweep, storage=args.storage, timeout_s=args.timeout, stream=stream)
+    return EXIT_OK if synced.complete else EXIT_ALL_FAILED
 
 
 def doctor_parser(subparsers: Any) -> None:
