@@ -18,6 +18,7 @@ import ray
 
 from tunetrain import provenance
 from tunetrain.redaction import redact
+from tunetrain.storage import Storage
 
 
 @dataclasses.dataclass
@@ -47,7 +48,7 @@ def node_facts(storage: str | None, probe: str) -> dict[str, Any]:
         ],
         "storage_error": "",
     }
-    if storage is not None and "://" not in storage:
+    if storage is not None and not Storage(storage).is_uri:
         try:
             folder = Path(storage) / ".tunetrain_doctor"
             folder.mkdir(parents=True, exist_ok=True)
@@ -146,7 +147,7 @@ def cluster_checks(*, storage: str | None, multi_node_storage_given: bool) -> tu
             checks.append(Check(f"versions on {where}", True, "same as the driver's"))
         if fact["gpus"]:
             checks.append(Check(f"GPUs on {where}", True, f"{', '.join(fact['gpus'])}; CUDA {fact['cuda'] or '?'}"))
-    if storage is not None and "://" not in storage:
+    if storage is not None and not Storage(storage).is_uri:
         folder = Path(storage) / ".tunetrain_doctor"
         seen = {path.name.split("-", 1)[1] for path in folder.glob(f"{probe}-*")} if folder.exists() else set()
         for fact in facts:

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from tunetrain.storage import Storage
+
 TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted"]
 ENDED = ("completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
 
@@ -96,10 +98,9 @@ def name_problem(name: str) -> str | None:
 def sweep_command(verb: str, sweep_name: str, storage: str) -> str:
     """The command line that resumes or syncs a sweep (``verb``), to print: quoted for a
     shell, and with a local storage folder absolute, so that it works from any folder."""
-    import os
     import shlex
 
-    where = storage if "://" in storage else os.path.abspath(storage)
+    where = Storage(storage).absolute()
     return shlex.join(["tunetrain", verb, sweep_name, "--storage", where])
 
 

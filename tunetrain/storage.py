@@ -1,8 +1,11 @@
-"""The sweep's storage checked before anything starts: a local folder must take files and
-have room for the sweep's journal, state and first checkpoints."""
+"""A sweep's storage (checkpoints, Tune's state): a local folder or a URI (s3://, gs://,
+file://) that pyarrow opens, and its check before anything starts: a local folder must take
+files and have room for the sweep's journal, state and first checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,11 +17,36 @@ from tunetrain.errors import ExperimentError
 # alone may not fit, and a full disk mid-sweep ends it with an error (docs/fault_tolerance.md).
 MIN_FREE_BYTES = 32 * 2**20
 
+DEFAULT_STORAGE = "tunetrain_results"  # relative to the folder a sweep starts in
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """A storage as given (``--storage``, ``storage=``): a local path or a URI."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def is_uri(self) -> bool:
+        """A URI (s3://, gs://, file://): left to its filesystem, never resolved as a path."""
+        return "://" in self.text
+
+    def absolute(self) -> str:
+        """The storage as a command run from any folder can name it (a URI as it is)."""
+        return self.text if self.is_uri else os.path.abspath(self.text)
+
+    def resolved(self) -> str:
+        """The storage with its links resolved, as Tune is given it (a URI as it is)."""
+        return self.text if self.is_uri else str(Path(self.text).resolve())
+
 
 def check_storage(storage: str, *, flag: str = "--storage") -> None:
     """Refuse (ExperimentError, naming ``flag``) a local storage that cannot be written or has
     less than :data:`MIN_FREE_BYTES` free; a URI (s3://, file://) is left to its filesystem."""
-    if "://" in storage:
+    if Storage(storage).is_uri:
         return
     folder = nearest_folder(Path(storage))
     problem = folder_unwritable(folder) or _too_full(folder)

@@ -7,7 +7,6 @@ import sys
 from typing import Any, TextIO
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-DEFAULT_STORAGE = "tunetrain_results"  # as tunetrain.api's
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -19,6 +19,7 @@ from ray import tune
 from tunetrain import _internals
 from tunetrain.context import TrialContext, _set_context
 from tunetrain.seeding import derive_seed, seed_everything
+from tunetrain.storage import Storage
 
 # A trial driver that takes Tune's default 1 CPU starves its own Train workers on a small
 # machine (two trials on 2 CPUs deadlock), and Ray rejects {"CPU": 0}; a token memory
@@ -280,7 +281,7 @@ def headline(exc: BaseException) -> str:
 def remove_train_copies(train_storage: str, run_glob: str) -> None:
     """Delete the folders of Ray Train's own runs matching ``run_glob`` (``trial_0003-*``: every
     Train run of a trial; or one run's name) under ``train_storage`` (local disk only)."""
-    if "://" in train_storage:
+    if Storage(train_storage).is_uri:
         return
     for folder in Path(train_storage).glob(run_glob):
         shutil.rmtree(folder, ignore_errors=True)

@@ -40,6 +40,7 @@ from ray.util.placement_group import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tunetrain import _internals
+from tunetrain.storage import Storage
 from tunetrain.trial._common import (
     NODES_KEY,
     OOM_KEY,
@@ -67,9 +68,11 @@ class _Stopped(BaseException):
 
 
 @ray.remote(num_cpus=0)
-class _Mailbox:
+class _RankMeeting:
     """Where the ranks' reports of one step meet: once every rank has reported, rank 0's goes
-    to the trial driver; every rank then waits for the driver's answer (go on or stop)."""
+    to the trial driver; every rank then waits for the driver's answer (go on or stop). (A
+    TorchTrainer trial's reports reach its driver through ``_ReportRelay`` instead: Train's
+    controller, not the ranks, hands them over, one at a time.)"""
 
     def __init__(self, world_size: int) -> None:
         import asyncio
@@ -169,7 +172,7 @@ class _GroupTrainFnUtils(_LocalTrainFnUtils):
 def _storage_fs(storage_path: str) -> tuple[Any, str]:
     import pyarrow.fs
 
-    if "://" in storage_path:
+    if Storage(storage_path).is_uri:
         return pyarrow.fs.FileSystem.from_uri(storage_path)
     return pyarrow.fs.LocalFileSystem(), storage_path
 
@@ -299,7 +302,7 @@ class _Group:
             "resources": resources or None,
         }
         self.placement_group = placement_group
-        self.mailbox = _Mailbox.remote(num_workers)  # type: ignore[attr-defined]
+        self.mailbox = _RankMeeting.remote(num_workers)  # type: ignore[attr-defined]
         self.workers = [
             _Worker.options(  # type: ignore[attr-defined]
                 **{k: v for k, v in options.items() if v is not None},

@@ -31,7 +31,7 @@ from tunetrain.trial._common import (
 
 
 @ray.remote(num_cpus=0)
-class _Mailbox:
+class _ReportRelay:
     """Hands Train's reports from its controller to the trial driver, one at a time."""
 
     def __init__(self) -> None:
@@ -146,7 +146,7 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         return
     index = trial_index(name)
     seed = spec.trial_seed(index)
-    mailbox = _Mailbox.remote()  # type: ignore[attr-defined]
+    mailbox = _ReportRelay.remote()  # type: ignore[attr-defined]
     run_name = f"{name}-{uuid.uuid4().hex[:8]}"
     trainer = _trainer(config, spec, name=name, index=index, seed=seed, mailbox=mailbox, run_name=run_name)
     failure: list[BaseException] = []
