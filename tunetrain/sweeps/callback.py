@@ -1,5 +1,6 @@
-"""The Ray Tune callback: turns Tune's trial events into TrialRecords, MLflow records (through
-the recorder) and the live view. It records; the decisions are the policy's."""
+"""The Ray Tune callback: turns Tune's trial events into TrialRecords, hands them to the
+sweep's log (:class:`tunetrain.tracking.SweepLog`, which writes them in MLflow's vocabulary)
+and updates the live view. It records; the decisions are the policy's."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from tunetrain.trial import (
 
 
 class SweepCallback(tune.Callback):
-    """Turns Ray Tune's trial events into TrialRecords, MLflow records and the live view."""
+    """Turns Ray Tune's trial events into TrialRecords, the sweep's log and the live view."""
 
     def __init__(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from pathlib import Path
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -65,3 +66,8 @@ def suggested_metric_key(key: str) -> str:
     name = re.sub(r"[^\w.\- :/]", "_", key)
     name = "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
     return name[:250] or "metric"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` tracking URI (None for any other store)."""
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.redaction import redact
-from tunetrain.tracking._common import _quiet_mlflow_logging, _trim
+from tunetrain.tracking._common import _quiet_mlflow_logging, _trim, sqlite_path
 from tunetrain.tracking.schema import (
     PARENT_TAG,
     SMOKE_ITERATION_TAG,
@@ -107,7 +107,8 @@ def latest_smoke_timings(
     given: the start-up of a 2-worker trial is not a 1-worker one's); None when there is none.
     Reads nothing (and creates no sqlite file) when the store is a sqlite file that does not
     exist yet."""
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///") :]).exists():
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.exists():
         return None
     store = SweepStore(tracking_uri)
     if store._client.get_experiment_by_name(experiment) is None:

@@ -14,6 +14,7 @@ from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.redaction import redact, split_credentials
 from tunetrain.storage import folder_unwritable, nearest_folder
+from tunetrain.tracking._common import sqlite_path
 from tunetrain.tracking.store import default_tracking_uri
 
 ENV = "MLFLOW_TRACKING_URI"
@@ -38,7 +39,7 @@ class TrackingURI:
 
     @property
     def sqlite_path(self) -> Path | None:
-        return Path(self.uri[len("sqlite:///") :]) if self.uri.startswith("sqlite:///") else None
+        return sqlite_path(self.uri)
 
 
 def resolve_tracking_uri(given: str | None, *, flag: str = "--tracking-uri") -> TrackingURI:
