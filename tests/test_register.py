@@ -62,6 +62,8 @@ def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves
     assert json.loads(version.tags["tunetrain.config"])["hidden"] == best["config/hidden"]
     assert version.tags["tunetrain.seed"] == str(best["seed"])
     assert sweep.tags["tunetrain.registered_model"] == "mlp_digits/1"
+    assert "models:/mlp_digits@champion -> version 1" in out, out
+    assert str(client.get_model_version_by_alias("mlp_digits", "champion").version) == "1"
     # A real model: it loads through pyfunc and scores what the trial recorded on the same split.
     # (The store by the environment, put back after the test: mlflow.set_tracking_uri would
     # point every later test of this process at this store.)
@@ -123,6 +125,67 @@ def test_register_without_export_model_registers_the_checkpoint_folder_with_a_no
     assert files == {"best_checkpoint/state.json"}
     status, out = run_cli("register", "analysed-1", "--trial", "trial_9999", "--tracking-uri", uri)
     assert status == 2 and "--trial 'trial_9999' is not a trial of sweep 'analysed-1'" in out
+    # An explicit --alias moves to the version registered, whatever it scores.
+    status, out = run_cli(
+        "register", "analysed-1", "--trial", "trial_0000", "--name", "plain", "--alias", "chosen", "--tracking-uri", uri
+    )
+    assert status == 0 and "models:/plain@chosen -> version 2" in out, out
+    assert str(MlflowClient(uri).get_model_version_by_alias("plain", "chosen").version) == "2"
+    note = load_sweep("analysed-1", tracking_uri=uri).tags["mlflow.note.content"]
+    assert note.count("**Registered:**") == 1 and "[plain version 2](#/models/plain/versions/2)" in note
+
+
+def test_a_sweep_opens_as_training_runs_describes_its_best_and_moves_champion_to_its_model(
+    analysed_sweep: object,
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import AnalysedSweep
+
+    assert isinstance(analysed_sweep, AnalysedSweep)
+    uri = analysed_sweep.tracking_uri
+    client = MlflowClient(uri)
+    sweep = load_sweep("analysed-1", tracking_uri=uri)
+    experiment = client.get_experiment_by_name(sweep.experiment)
+    assert experiment is not None
+    # MLflow 3's UI opens the experiment on its training runs, not on the GenAI traces view.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    # The parent run's description: the best trial (linked), its value and config, the model.
+    note = sweep.tags["mlflow.note.content"]
+    best, best_run = sweep.tags["tunetrain.best_trial"], sweep.tags["tunetrain.best_run_id"]
+    assert note.startswith(f"**Best trial:** [{best}](#/experiments/{experiment.experiment_id}/runs/{best_run}), ")
+    assert json.loads(note.split("```json\n")[1].split("\n```")[0]) == json.loads(sweep.tags["tunetrain.best_config"])
+    # The sweep registered version 1, and @champion (held by none before) went to it.
+    assert f"models:/{sweep.experiment}@champion -> version 1" in analysed_sweep.output
+    assert str(client.get_model_version_by_alias(sweep.experiment, "champion").version) == "1"
+
+
+def test_champion_moves_only_to_a_better_version(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tunetrain.tracking.registry import RegisteredVersion, promote_if_better
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("m")
+
+    def version(loss: float | None) -> RegisteredVersion:
+        tags = {} if loss is None else {"tunetrain.best_loss": f"{loss:.6g}"}
+        made = client.create_model_version("m", source=str(tmp_path), tags=tags)
+        return RegisteredVersion("m", str(made.version), f"models:/m/{made.version}", "checkpoint")
+
+    def promote(candidate: RegisteredVersion, loss: float) -> str:
+        return promote_if_better(uri, candidate, "champion", metric="loss", mode="min", value=loss)
+
+    assert promote(version(0.5), 0.5) == "models:/m@champion -> version 1"  # nobody held it
+    assert promote(version(0.7), 0.7) == (
+        "models:/m@champion stays on version 1: its loss 0.5 is at least as good as version 2's 0.7"
+    )
+    assert promote(version(0.5), 0.5).startswith("models:/m@champion stays on version 1")  # a tie keeps it
+    assert promote(version(0.4), 0.4) == "models:/m@champion -> version 4 (loss 0.4 beats version 1's 0.5)"
+    assert str(client.get_model_version_by_alias("m", "champion").version) == "4"
+    client.delete_model_version_tag("m", "4", "tunetrain.best_loss")  # a holder with nothing to compare
+    assert promote(version(0.9), 0.9) == "models:/m@champion -> version 5 (version 4 has no loss to compare)"
 
 
 def test_the_gpt2_experiment_exports_a_model_mlflow_saves_and_another_process_loads(tmp_path: Path) -> None:

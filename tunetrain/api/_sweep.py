@@ -19,6 +19,7 @@ from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
 from tunetrain.sweeps.session import execute
+from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -51,6 +52,7 @@ def sweep(
     confirm_above: str | None = None,
     yes: bool = False,
     register: bool = True,
+    alias: str | None = CHAMPION_ALIAS,
     report: bool = True,
     resume: bool = False,
     dry_run: bool = False,
@@ -61,27 +63,25 @@ def sweep(
 ) -> SweepResult:
     """Run the experiment's sweep through Ray Tune, every trial recorded in MLflow.
 
-    ``experiment`` is an :class:`~tunetrain.Experiment` or the path of an experiment file;
-    the keywords change its fields for this sweep (``None``: the experiment's own), and
+    ``experiment`` is an :class:`~tunetrain.Experiment` or an experiment file's path; the
+    keywords change its fields for this sweep (``None``: the experiment's own), and
     ``overrides`` sets fixed values or pins dimensions (``{"optimizer.lr": 0.1}``);
-    ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id, in
-    the same tracking store) pins every value of that config, ``overrides`` winning.
-    ``register`` logs the best trial's best checkpoint to MLflow's Model Registry at the end
-    (:func:`tunetrain.register`). ``baseline=False`` runs no baseline trial (``Experiment.baseline``); ``warm_start``
-    (sweeps or trial run ids, ``URI#NAME`` in another store) gives their completed trials to
-    the searcher as evaluated points (``Experiment.warm_start``).
-    ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (checkpoints and sweep
-    state, default ``./tunetrain_results``), ``address`` (a Ray cluster; default an embedded
-    Ray) say where it runs; ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that
-    would overrun it; ``ask_above`` (old name ``confirm_above``; ``"10gpu-h"``, ``"2cpu-h"``, ``"1h"``; default
+    ``config_from`` (a sweep's name or parent run id: its best trial; or a trial's run id)
+    pins every value of that config, ``overrides`` winning. ``register`` logs the best
+    trial's best checkpoint to MLflow's Model Registry at the end (:func:`tunetrain.register`)
+    and moves ``alias`` (None: none) to it when it beats the version holding it.
+    ``baseline=False`` runs no baseline trial; ``warm_start`` (sweeps or trial run ids,
+    ``URI#NAME`` in another store) gives their completed trials to the searcher.
+    ``tracking_uri`` (default ``sqlite:///./mlflow.db``), ``storage`` (default
+    ``./tunetrain_results``) and ``address`` (default an embedded Ray) say where it runs;
+    ``budget`` (``"30m"``, ``"5cpu-h"``) stops launching trials that would overrun it;
+    ``ask_above`` (old name ``confirm_above``; ``"10gpu-h"``, ``"1h"``; default
     ``TUNETRAIN_CONFIRM_ABOVE``, else 10gpu-h for GPU sweeps) asks before a sweep whose
-    estimate or budget exceeds it, and refuses without a terminal unless ``yes``
-    (:mod:`tunetrain.sweeps.cost.consent`). ``resume=True`` continues sweep ``name`` (default: the experiment's
-    newest under ``storage``). ``dry_run`` prints the plan (and a cost estimate after a
-    smoke run) and starts nothing. ``recorder`` makes the recorder from
-    :class:`tunetrain.tracking.SweepRecorder`'s keywords
-    (:class:`tunetrain.tracking.NullRecorder`: recording off). Progress goes to ``stream``
-    (default stdout).
+    estimate or budget exceeds it, and refuses without a terminal unless ``yes``.
+    ``resume=True`` continues sweep ``name`` (default: the experiment's newest under
+    ``storage``). ``dry_run`` prints the plan (and a cost estimate after a smoke run).
+    ``recorder`` makes the recorder (:class:`tunetrain.tracking.NullRecorder`: recording
+    off). Progress goes to ``stream`` (default stdout). docs/python_api.md has each keyword.
     """
     request = SweepRequest(
         experiment=experiment if isinstance(experiment, Experiment) else os.fspath(experiment),
@@ -116,6 +116,7 @@ def sweep(
         ask_flag="--confirm-above" if confirm_above is not None else "--ask-above",
         yes=yes,
         register=register,
+        alias=alias,
         resume=resume,
         dry_run=dry_run,
         require_estimate=require_estimate,
@@ -142,6 +143,7 @@ def run_request(
     ask_flag: str = "--ask-above",
     yes: bool = False,
     register: bool = True,
+    alias: str | None = CHAMPION_ALIAS,
     resume: bool = False,
     dry_run: bool = False,
     require_estimate: bool = False,
@@ -201,6 +203,7 @@ def run_request(
         ask_flag=ask_flag,
         yes=yes,
         register=register,
+        alias=alias,
         report=request.report,
         recorder=recorder,
         stream=out,

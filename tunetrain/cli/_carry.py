@@ -25,6 +25,7 @@ def register_parser(subparsers: Any) -> None:
         "--experiment-file", help="the experiment file whose export_model to use (default: the one the sweep recorded)"
     )
     parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
+    parser.add_argument("--alias", help="move this alias to the new version (models:/NAME@ALIAS), e.g. champion")
     parser.set_defaults(command=register_command)
 
 
@@ -38,8 +39,11 @@ def register_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -
         tracking_uri=args.tracking_uri,
         experiment=args.experiment_file,
         trust_changed_file=args.trust_changed_file,
+        alias=args.alias,
     )
     print(registered.line(), file=stream)
+    if registered.alias:
+        print(registered.alias, file=stream)
     return EXIT_OK
 
 

@@ -158,6 +158,11 @@ def sweep_parser(subparsers: Any) -> None:
         action="store_true",
         help="do not register the best trial's model in MLflow's Model Registry at the end (see tunetrain register)",
     )
+    group4.add_argument(
+        "--alias",
+        help="the registered model's alias that moves to this sweep's version when it beats the version holding "
+        "it (models:/NAME@ALIAS; default champion; '' for none)",
+    )
     parser.set_defaults(command=sweep_command, records=True)
 
 
@@ -173,6 +178,7 @@ def _workers(text: str) -> int | tuple[int, int]:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
+    from tunetrain.tracking.registry import CHAMPION_ALIAS
 
     request = _request(args)
     if args.smoke:
@@ -190,6 +196,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         ask_flag="--confirm-above" if args.confirm_above is not None else "--ask-above",
         yes=args.yes,
         register=not args.no_register,
+        alias=CHAMPION_ALIAS if args.alias is None else (args.alias or None),
         resume=args.resume,
         dry_run=args.dry_run,
         require_estimate=args.estimate,
@@ -232,6 +239,7 @@ _NOT_WITH_SMOKE = {
     "confirm_above": "--confirm-above",
     "yes": "--yes",
     "no_register": "--no-register",
+    "alias": "--alias",
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.sweeps.request import recorded_experiment
+from tunetrain.tracking.registry import CHAMPION_ALIAS, RegisteredVersion, promote_if_better
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +24,10 @@ class Registered:
     trial: str
     run_id: str
     checkpoint: str
+    metric: str = ""  # the sweep's metric, and the trial's best value of it
+    mode: str = "min"
+    value: float | None = None
+    alias: str = ""  # what happened to the alias, when one was asked: "models:/NAME@ALIAS -> version N"
 
     def line(self) -> str:
         what = "as an mlflow.pytorch model" if self.kind == "pytorch" else "as its checkpoint folder (no export_model)"
@@ -37,6 +42,7 @@ def register(
     tracking_uri: str | None = None,
     experiment: Experiment | str | os.PathLike[str] | None = None,
     trust_changed_file: bool = False,
+    alias: str | None = None,
 ) -> Registered:
     """Register the best kept checkpoint of sweep ``sweep``'s best trial (or of ``trial``, a
     trial name or run id) as a new version of registered model ``name`` (default: the
@@ -45,30 +51,14 @@ def register(
     ``mlflow.pyfunc.load_model("models:/NAME/VERSION")`` loads and runs; without it the
     checkpoint folder is logged on the trial's run and registered as it is, with a note.
     The recorded file is imported only with the content the sweep recorded, unless
-    ``trust_changed_file``."""
+    ``trust_changed_file``. ``alias`` (``"champion"``) is moved to the new version
+    (``models:/NAME@ALIAS``)."""
     from tunetrain.results.analysis import load_sweep, nested_config
     from tunetrain.tracking import register_version
-    from tunetrain.tracking.registry import registered_tags, version_tags
+    from tunetrain.tracking.registry import registered_tags, set_alias, version_tags
 
     found = load_sweep(sweep, tracking_uri=tracking_uri)
-    trials = found.trials()
-    if trial is None:
-        best = found.best(1) if found.metric in found.metrics else trials.iloc[0:0]
-        if best.empty:
-            raise ExperimentError(
-                f"Sweep {found.name!r} has no trial with a finite {found.metric!r} to register.",
-                fix="Look at the trials with `tunetrain show`; pass --trial to register one anyway.",
-            )
-        row = best.iloc[0]
-    else:
-        rows = trials[(trials["trial"] == trial) | (trials["run_id"] == trial)]
-        if rows.empty:
-            raise ExperimentError(
-                f"--trial {trial!r} is not a trial of sweep {found.name!r}; its trials are "
-                f"{', '.join(trials['trial'])}.",
-                fix="Pass a trial name (trial_0003) or run id from `tunetrain show SWEEP --all-columns`.",
-            )
-        row = rows.iloc[0]
+    row = _chosen_trial(found, trial)
     checkpoint = row["checkpoint"]
     if not isinstance(checkpoint, str) or not checkpoint:
         raise ExperimentError(
@@ -117,7 +107,8 @@ def register(
             tags=tags,
             description=note,
         )
-    found.store.set_tags(found.run_id, registered_tags(version))
+    found.store.set_tags(found.run_id, registered_tags(version, found.tags))
+    said = set_alias(found.store.tracking_uri, version, alias) if alias else ""
     return Registered(
         name=version.name,
         version=version.version,
@@ -126,14 +117,52 @@ def register(
         trial=str(row["trial"]),
         run_id=str(row["run_id"]),
         checkpoint=checkpoint,
+        metric=metric,
+        mode=found.mode,
+        value=float(row[f"best_{metric}"]),
+        alias=said,
     )
 
 
-def register_at_end(outcome: Any, experiment: Experiment, *, tracking_uri: str, stream: TextIO) -> Registered | None:
+def _chosen_trial(found: Any, trial: str | None) -> Any:
+    """The row (``Sweep.trials()``) of the sweep's best trial, or of ``trial`` (name or run id)."""
+    trials = found.trials()
+    if trial is None:
+        best = found.best(1) if found.metric in found.metrics else trials.iloc[0:0]
+        if best.empty:
+            raise ExperimentError(
+                f"Sweep {found.name!r} has no trial with a finite {found.metric!r} to register.",
+                fix="Look at the trials with `tunetrain show`; pass --trial to register one anyway.",
+            )
+        return best.iloc[0]
+    rows = trials[(trials["trial"] == trial) | (trials["run_id"] == trial)]
+    if rows.empty:
+        raise ExperimentError(
+            f"--trial {trial!r} is not a trial of sweep {found.name!r}; its trials are {', '.join(trials['trial'])}.",
+            fix="Pass a trial name (trial_0003) or run id from `tunetrain show SWEEP --all-columns`.",
+        )
+    return rows.iloc[0]
+
+
+def register_at_end(
+    outcome: Any, experiment: Experiment, *, tracking_uri: str, stream: TextIO, alias: str | None = CHAMPION_ALIAS
+) -> Registered | None:
     """A sweep's end: its best trial registered (the line printed), or why not, in one line;
-    a failure here never changes the sweep's result (everything is recorded already)."""
+    ``alias`` moved to it when it beats the version holding it (see
+    :func:`tunetrain.tracking.registry.promote_if_better`). A failure here never changes the
+    sweep's result (everything is recorded already)."""
     try:
         registered = register(outcome.parent_run_id, tracking_uri=tracking_uri, experiment=experiment)
+        if alias and registered.value is not None:
+            said = promote_if_better(
+                tracking_uri,
+                RegisteredVersion(registered.name, registered.version, registered.model_uri, registered.kind),
+                alias,
+                metric=registered.metric,
+                mode=registered.mode,
+                value=registered.value,
+            )
+            registered = dataclasses.replace(registered, alias=said)
     except ExperimentError as exc:
         print(f"Model not registered: {exc.message}", file=stream, flush=True)
         return None
@@ -145,4 +174,6 @@ def register_at_end(outcome: Any, experiment: Experiment, *, tracking_uri: str, 
         )
         return None
     print(registered.line(), file=stream, flush=True)
+    if registered.alias:
+        print(registered.alias, file=stream, flush=True)
     return registered

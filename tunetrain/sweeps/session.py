@@ -16,6 +16,7 @@ from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
 from tunetrain.storage import DEFAULT_STORAGE, Storage, check_storage
 from tunetrain.sweeps.result import Status, SweepResult
+from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -42,6 +43,7 @@ def execute(
     ask_flag: str = "--ask-above",
     yes: bool = False,
     register: bool = False,
+    alias: str | None = CHAMPION_ALIAS,
     recorder: Callable[..., Any] | None = None,
     view: Callable[..., Any] | None = None,
 ) -> SweepResult:
@@ -108,7 +110,7 @@ def execute(
         flush=True,
     )
     outcome = _run(plan, where, resume=resume, recorder=recorder, view=view, stream=stream)
-    return _result(plan, outcome, report=report, register=register, stream=stream)
+    return _result(plan, outcome, report=report, register=register, alias=alias, stream=stream)
 
 
 def _run(
@@ -208,7 +210,7 @@ def _where(
     return _Where(store, address, address_source, storage, nodes)
 
 
-def _result(plan: Any, outcome: Any, *, report: bool, register: bool, stream: TextIO) -> SweepResult:
+def _result(plan: Any, outcome: Any, *, report: bool, register: bool, alias: str | None, stream: TextIO) -> SweepResult:
     """After the run: the summary, the report, the sweep's status (what the record lacks
     said, with the fix), the best trial registered, and the result."""
     from tunetrain import tracking
@@ -224,7 +226,7 @@ def _result(plan: Any, outcome: Any, *, report: bool, register: bool, stream: Te
     if register and status == "ok" and outcome.parent_run_id and not outcome.interrupted:
         from tunetrain.sweeps.handoff import register_at_end
 
-        registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream)
+        registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream, alias=alias)
     return SweepResult(
         name=plan.sweep_name,
         status=status,

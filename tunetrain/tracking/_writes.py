@@ -32,8 +32,11 @@ from tunetrain.tracking.schema import (
     BEST_TRIAL_TAG,
     ERROR_TAG,
     ERROR_TEXT_ARTIFACT,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
     PARENT_TAG,
     ROLE_TAG,
+    RUN_NOTE_TAG,
     RUN_STATUS,
     STATUS_TAG,
     SWEEP_ID_TAG,
@@ -136,7 +139,9 @@ class _StoreWrites:
             experiment = self._client.get_experiment_by_name(self.experiment_name)
             if experiment is None:
                 self.experiment_id = self._client.create_experiment(
-                    self.experiment_name, artifact_location=self._artifact_location
+                    self.experiment_name,
+                    artifact_location=self._artifact_location,
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
                 )
             elif experiment.lifecycle_stage == "deleted":  # deleted while the sweep started
                 raise MlflowException(
@@ -146,6 +151,8 @@ class _StoreWrites:
                 )
             else:
                 self.experiment_id = experiment.experiment_id
+                if EXPERIMENT_KIND_TAG not in experiment.tags:  # made by an older tunetrain, or by hand
+                    self._client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             found = self._find_run(f"tags.`{SWEEP_ID_TAG}` = '{entry['sweep_id']}' and tags.`{ROLE_TAG}` = 'sweep'")
             run_id = (
                 found
@@ -267,6 +274,10 @@ class _StoreWrites:
         if best_config is not None:
             all_tags[BEST_CONFIG_TAG] = json.dumps(best_config, default=str)
             self._client.log_dict(parent, dict(best_config), BEST_CONFIG_ARTIFACT)
+        if best_trial is not None and best_trial in self._run_ids:  # what the run's page shows first
+            all_tags[RUN_NOTE_TAG] = _best_note(
+                best_trial, self._run_ids[best_trial], self.experiment_id, entry["best_metrics"], best_config
+            )
         now, step = int(entry["time"] * 1000), int(entry.get("step", 0))
         # The best value is one point per session of the sweep, at step = how often it was
         # resumed: the newest (MLflow's latest value: highest step) is the whole sweep's best,
@@ -277,3 +288,16 @@ class _StoreWrites:
             self._client.log_batch(parent, metrics=metrics)
         self._log_params_and_tags(parent, {}, all_tags)
         self._client.set_terminated(parent, status=entry["status"])
+
+
+def _best_note(
+    trial: str, run_id: str, experiment_id: str | None, best: Mapping[str, float], config: Mapping[str, Any] | None
+) -> str:
+    """The sweep's parent run description (markdown): its best trial, linked, the trial's
+    best value and its config, which otherwise sit among dozens of tunetrain.* tags."""
+    values = ", ".join(f"{key.removeprefix('best_')} = {value:.6g}" for key, value in best.items())
+    link = f"#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else ""
+    lines = [f"**Best trial:** [{trial}]({link})" + (f", {values}" if values else "")]
+    if config is not None:
+        lines += ["", "**Best config:**", "", "```json", json.dumps(config, indent=2, default=str), "```"]
+    return "\n".join(lines)

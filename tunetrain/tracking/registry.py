@@ -17,6 +17,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from tunetrain.tracking import schema
+from tunetrain.tracking.schema import CHAMPION_ALIAS
+
+__all__ = [
+    "CHAMPION_ALIAS",
+    "RegisteredVersion",
+    "promote_if_better",
+    "register_version",
+    "registered_tags",
+    "set_alias",
+    "version_tags",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +132,52 @@ def version_tags(
     }
 
 
-def registered_tags(version: RegisteredVersion) -> dict[str, str]:
-    """The tag that links a sweep's parent run to the version registered from it."""
-    return {schema.REGISTERED_MODEL_TAG: f"{version.name}/{version.version}"}
+def registered_tags(version: RegisteredVersion, parent_tags: Mapping[str, Any]) -> dict[str, str]:
+    """The tags that link a sweep's parent run to the version registered from it: the
+    ``NAME/VERSION`` tag, and a line with the version's link under the run's description."""
+    note = str(parent_tags.get(schema.RUN_NOTE_TAG, "")).split("\n\n**Registered:**")[0]
+    link = f"[{version.name} version {version.version}](#/models/{version.name}/versions/{version.version})"
+    return {
+        schema.REGISTERED_MODEL_TAG: f"{version.name}/{version.version}",
+        schema.RUN_NOTE_TAG: (note + "\n\n" if note else "") + f"**Registered:** {link}",
+    }
+
+
+def set_alias(tracking_uri: str, version: RegisteredVersion, alias: str) -> str:
+    """``alias`` moved to ``version`` (``models:/NAME@ALIAS`` loads it); the line that says so."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri).set_registered_model_alias(version.name, alias, version.version)
+    return f"models:/{version.name}@{alias} -> version {version.version}"
+
+
+def promote_if_better(
+    tracking_uri: str, version: RegisteredVersion, alias: str, *, metric: str, mode: str, value: float
+) -> str:
+    """At a sweep's end: ``alias`` (``champion``) moves to ``version`` only when no version
+    holds it yet, the holder has no value of ``metric`` to compare (its
+    ``tunetrain.best_<metric>`` tag), or ``value`` beats the holder's; a tie keeps the
+    holder, so that ``@champion`` stays the best version registered, not the newest. The
+    line that says what happened."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    try:
+        holder = client.get_model_version_by_alias(version.name, alias)
+    except mlflow.exceptions.MlflowException:  # no version holds it
+        holder = None
+    held = holder.tags.get(f"tunetrain.best_{metric}") if holder is not None else None
+    if holder is not None and held is not None:
+        better = value > float(held) if mode == "max" else value < float(held)
+        if not better:
+            return (
+                f"models:/{version.name}@{alias} stays on version {holder.version}: its {metric} {held} is at least "
+                f"as good as version {version.version}'s {value:.6g}"
+            )
+        why = f" ({metric} {value:.6g} beats version {holder.version}'s {held})"
+    elif holder is not None:
+        why = f" (version {holder.version} has no {metric} to compare)"
+    else:
+        why = ""
+    return set_alias(tracking_uri, version, alias) + why

@@ -100,6 +100,12 @@ VERSION_TRIAL_RUN_TAG = "tunetrain.trial_run_id"
 VERSION_CONFIG_TAG = "tunetrain.config"  # JSON
 VERSION_CHECKPOINT_TAG = "tunetrain.checkpoint"  # the checkpoint folder it came from
 REGISTERED_MODEL_TAG = "tunetrain.registered_model"  # on the sweep's parent run: "NAME/VERSION"
+CHAMPION_ALIAS = "champion"  # the registered version a sweep's end may move to its best (--alias)
+# MLflow's own: the kind that makes MLflow 3's UI open an experiment on its training runs
+# (without it, the GenAI view of traces), and a run's description (markdown).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+RUN_NOTE_TAG = "mlflow.note.content"
 BASELINE_TAG = "tunetrain.baseline"  # "true" on the baseline trial's run
 SEED_TAG = "tunetrain.seed"
 WORKER_SEEDS_TAG = "tunetrain.worker_seeds"  # each worker's seed, rank order
