@@ -78,6 +78,37 @@ def test_python_api_notebook_runs_a_sweep_and_analyses_it(workdir: Path, monkeyp
     assert len(runs) == 5 and all(r.info.status == "FINISHED" for r in runs)  # parent, 3 trials and the baseline
 
 
+@pytest.mark.slow
+@pytest.mark.own_ray  # the kernel starts its own Ray
+def test_both_notebooks_run_from_where_jupyter_starts_them_into_the_roots_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    # The repository's layout (its experiments and notebooks), the kernel in notebooks/ as
+    # Jupyter starts it: both notebooks find the root above and use its store, not a second one.
+    (tmp_path / "experiments").mkdir()
+    shutil.copy(REPO / "experiments" / "mlp_digits.py", tmp_path / "experiments")
+    shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
+    for name in ("TUNETRAIN_EXPERIMENT", "MLFLOW_TRACKING_URI", "TUNETRAIN_TRACKING_URI", "TUNETRAIN_SWEEP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TUNETRAIN_NUM_SAMPLES", "2")
+    kernel_folder = {"metadata": {"path": str(tmp_path / "notebooks")}}
+    api = nbformat.read(tmp_path / "notebooks" / "python_api.ipynb", as_version=4)
+    NotebookClient(api, timeout=600, kernel_name="python3", resources=kernel_folder).execute()
+    text, _ = _outputs(api)
+    assert "ok finished" in text, text
+    assert f"best checkpoint: {tmp_path / 'tunetrain_results'}" in text, text
+    assert (tmp_path / "mlflow.db").exists() and not (tmp_path / "notebooks" / "mlflow.db").exists()
+    assert not (tmp_path / "notebooks" / "tunetrain_results").exists()
+    analysis = nbformat.read(tmp_path / "notebooks" / "analyze_sweep.ipynb", as_version=4)
+    NotebookClient(analysis, timeout=300, kernel_name="python3", resources=kernel_folder).execute()
+    text, images = _outputs(analysis)
+    # The newest sweep of the root's store: the one the first notebook ran, its checkpoint there.
+    assert f"checkpoint: {tmp_path / 'tunetrain_results'}{os.sep}mlp_digits-" in text, text
+    assert images  # its figures
+
+
 SLOW = """
 import os
 import time
