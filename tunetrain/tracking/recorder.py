@@ -394,9 +394,10 @@ class SweepRecorder(_StoreWrites):
 
 
 class Recorder(Protocol):
-    """What the sweep engine records through: :class:`SweepRecorder` (MLflow, journaled) or
-    :class:`NullRecorder` (recording off). ``tunetrain.sweep(..., recorder=...)`` takes a
-    callable with :class:`SweepRecorder`'s keyword arguments that returns one."""
+    """What the sweep log (:class:`tunetrain.tracking.SweepLog`) records through:
+    :class:`SweepRecorder` (MLflow, journaled) or :class:`NullRecorder` (recording off).
+    ``tunetrain.sweep(..., recorder=...)`` takes a callable with :class:`SweepRecorder`'s
+    keyword arguments that returns one."""
 
     experiment_id: str | None
     error_count: int

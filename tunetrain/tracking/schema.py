@@ -1,5 +1,5 @@
 """The MLflow record's vocabulary: every tag, param, metric and artifact name a sweep's runs
-use, in one place. Writers (the engine, the recorder, smoke, replay) and readers (analysis,
+use, in one place. Writers (the sweep log, the recorder, smoke, replay) and readers (analysis,
 replay, resume, plots, the report) take the names from here; docs/tracking.md describes them.
 
 A sweep is one parent run (``ROLE_TAG`` = ``"sweep"``) and one child run per trial
