@@ -191,12 +191,12 @@ def _where(
     check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
     # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
     # a cluster is asked (connecting starts nothing).
-    log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
     if address is None:
         return _Where(store, address, address_source, storage, cluster.local_nodes())
     if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
         nodes = cluster.read_nodes(address)
     else:
+        log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
         cluster.connect(address, log_dir=log_dir)
         nodes = cluster.cluster_nodes()
     if len(nodes) > 1 and not storage_given:

@@ -271,13 +271,12 @@ class _StoreWrites:
         if best_trial is not None and best_trial in self._run_ids:
             all_tags[BEST_RUN_ID_TAG] = self._run_ids[best_trial]
             all_tags[BEST_TRIAL_TAG] = best_trial
+            all_tags[RUN_NOTE_TAG] = _best_note(  # what the run's page shows first
+                best_trial, self._run_ids[best_trial], self.experiment_id, entry["best_metrics"], best_config
+            )
         if best_config is not None:
             all_tags[BEST_CONFIG_TAG] = json.dumps(best_config, default=str)
             self._client.log_dict(parent, dict(best_config), BEST_CONFIG_ARTIFACT)
-        if best_trial is not None and best_trial in self._run_ids:  # what the run's page shows first
-            all_tags[RUN_NOTE_TAG] = _best_note(
-                best_trial, self._run_ids[best_trial], self.experiment_id, entry["best_metrics"], best_config
-            )
         now, step = int(entry["time"] * 1000), int(entry.get("step", 0))
         # The best value is one point per session of the sweep, at step = how often it was
         # resumed: the newest (MLflow's latest value: highest step) is the whole sweep's best,
