@@ -397,3 +397,14 @@ def test_exit_after_exit_handlers_runs_them_and_skips_finalisation(tmp_path: Pat
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 7
     assert done.stdout == "bufferedexit handler\n"  # flushed, the handler ran, no finalisation
+
+
+def test_local_ray_address_reads_the_address_ray_start_leaves_in_rays_temporary_folder(tmp_path: Path) -> None:
+    code = "from tunetrain import _internals; print(_internals.local_ray_address())"
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path)}
+    before = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert before.stdout.strip() == "None"
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6390\n")  # what `ray start --head` writes
+    after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert after.stdout.strip() == "127.0.0.1:6390"

@@ -29,6 +29,20 @@ def ray_logs_dir() -> str:
         return "/tmp/ray/session_latest/logs"
 
 
+def local_ray_address() -> str | None:
+    """The GCS address of the Ray that ``ray start --head`` last started on this machine (what
+    ``ray.init()`` with no address joins), or None; the caller checks that it still answers.
+
+    Ray 2.60: ``ray._private.services.find_bootstrap_address(None)`` reads
+    ``ray_current_cluster`` in Ray's default temporary folder (``ray stop`` removes it).
+    Without it a sweep would not see the machine's running Ray and would start a second one.
+    """
+    from ray._private import services
+
+    address = services.find_bootstrap_address(None)
+    return str(address).strip() or None if address else None
+
+
 def enable_ray_token_auth() -> bool:
     """Turn Ray's token authentication on in this running process; False when this Ray has
     no such function (the caller then sets ``RAY_AUTH_MODE=token`` for child processes).

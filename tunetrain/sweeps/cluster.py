@@ -39,13 +39,30 @@ CONNECT_TIMEOUT_S = 5.0
 
 def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str | None, str]:
     """The Ray cluster to use, as Ray's own tools find it: ``given`` (what ``flag`` said),
-    else ``RAY_ADDRESS`` (set by ``ray job submit`` and KubeRay for their drivers), else None
-    (an embedded Ray); with where it came from."""
+    else ``RAY_ADDRESS`` (set by ``ray job submit`` and KubeRay for their drivers), else the
+    Ray this process already uses (None), else the machine's running Ray started by
+    ``tunetrain up`` or ``ray start --head`` (as ``ray.init()`` finds it), else None (an
+    embedded Ray); with where it came from."""
     if given:
         return given, f"from {flag}"
     if os.environ.get(ADDRESS_ENV):
         return os.environ[ADDRESS_ENV], f"from {ADDRESS_ENV}"
-    return None, f"no {flag}, {ADDRESS_ENV} not set"
+    if ray.is_initialized():  # a notebook's second sweep: the Ray its first one started or joined
+        return None, "the Ray this process already uses"
+    if (shared := running_local_ray()) is not None:
+        return shared, "the Ray running on this machine, joined: `tunetrain up` or `ray start --head` started it"
+    return None, f"no {flag}, {ADDRESS_ENV} not set, no Ray running on this machine"
+
+
+def running_local_ray() -> str | None:
+    """The address of the Ray that ``tunetrain up`` (or ``ray start --head``) started on this
+    machine, when it still answers; None otherwise. A sweep with no address joins it rather
+    than starting a second Ray beside it: Ray Train V2 needs one Ray per machine, and two
+    would each count the machine's CPUs as theirs (docs/cluster.md)."""
+    address = _internals.local_ray_address()
+    if address is None or unreachable(address, timeout_s=1.0) is not None:
+        return None  # none started, or stopped without `ray stop` (the file outlives it)
+    return address
 
 
 def unreachable(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:

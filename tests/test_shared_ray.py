@@ -1,0 +1,112 @@
+"""One Ray for the machine's sweeps: ``tunetrain up`` starts it (Ray's ``ray start --head``),
+two sweeps started at once from two processes both join it and both finish with every trial
+recorded, ``tunetrain down`` stops it; and the flags' bad values are refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import write_experiment
+from tunetrain.cli import main
+from tunetrain.sweeps.cluster import resolve_address, running_local_ray
+
+SIDE_BY_SIDE = """
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(3):
+        time.sleep(0.3)  # the work of one step
+        ray.train.report({"loss": config["x"] / (step + 1)})
+
+
+experiment = Experiment(
+    name="side_by_side", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=3, stop=StopRule(max_iterations=3), seed=1, baseline=False,
+    resources_per_worker={"CPU": 1},
+)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tunetrain(folder: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=folder,
+        env={key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> str:
+    out, _ = process.communicate(timeout=400)
+    assert process.returncode == 0, out
+    return out
+
+
+@pytest.fixture()
+def shared_ray(tmp_path: Path) -> Iterator[str]:
+    """``tunetrain up`` on a free port; ``tunetrain down`` afterwards, whatever happened."""
+    assert running_local_ray() is None, "a Ray started by `ray start` already runs on this machine"
+    up = _finish(_tunetrain(tmp_path, "up", "--num-cpus", "2", "--port", str(_free_port())))
+    address = running_local_ray()
+    try:
+        assert address is not None and f"Ray is up at {address}" in up, up
+        yield address
+    finally:
+        _tunetrain(tmp_path, "down").communicate(timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray
+def test_two_sweeps_at_once_from_two_processes_share_the_machines_one_ray(tmp_path: Path, shared_ray: str) -> None:
+    folders = [tmp_path / "first", tmp_path / "second"]
+    sweeps = []
+    for folder in folders:
+        folder.mkdir()
+        sweeps.append(_tunetrain(folder, "sweep", str(write_experiment(folder, SIDE_BY_SIDE)), "--no-register"))
+    outputs = [_finish(process) for process in sweeps]
+
+    logs = set()
+    for folder, out in zip(folders, outputs, strict=True):
+        assert f"Ray: {shared_ray} (the Ray running on this machine, joined" in out, out
+        logs.add(re.search(r"^Ray logs: (\S+)", out, re.MULTILINE).group(1))  # type: ignore[union-attr]
+        assert "3 trials (3 completed)" in out, out
+        client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+        experiment = client.get_experiment_by_name("side_by_side")
+        assert experiment is not None
+        runs = client.search_runs([experiment.experiment_id])
+        assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}  # the parent and 3 trials
+    assert len(logs) == 1, logs  # one Ray session for both sweeps
+
+    down = _finish(_tunetrain(tmp_path, "down"))
+    assert f"Stopped the Ray at {shared_ray}." in down
+    assert running_local_ray() is None
+    assert "no Ray running on this machine" in resolve_address(None)[1]
+
+
+def test_up_refuses_bad_flags_before_starting_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["up", "--num-cpus", "-1"]) == 2
+    assert "--num-cpus is how many the shared Ray offers its sweeps, 0 or more, but got -1." in capsys.readouterr().err
+    assert main(["up", "--port", "70000"]) == 2
+    assert "--port must be a TCP port, from 1 to 65535, but got 70000." in capsys.readouterr().err
