@@ -267,6 +267,12 @@ def test_sql_metric_points_reads_what_mlflow_logged_and_steps_aside_for_other_st
 
 
 def test_sql_log_metrics_writes_the_rows_log_batch_writes_and_steps_aside_where_it_cannot(tmp_path: Path) -> None:
+    check_sql_log_metrics({how: f"sqlite:///{tmp_path / how}.db" for how in ("log_batch", "sql")})
+
+
+def check_sql_log_metrics(stores: dict[str, str]) -> None:
+    """sql_log_metrics against log_batch, each on its own empty store (``stores``: the URI
+    for "log_batch" and for "sql"); tests/test_postgres.py runs it on PostgreSQL."""
     import math
 
     import sqlalchemy as sa
@@ -306,7 +312,7 @@ def test_sql_log_metrics_writes_the_rows_log_batch_writes_and_steps_aside_where_
     ]
     written = {}
     for how in ("log_batch", "sql"):
-        client = MlflowClient(f"sqlite:///{tmp_path / how}.db")
+        client = MlflowClient(stores[how])
         run_id = client.create_run(client.create_experiment("seam")).info.run_id
         for batch in batches:
             if how == "sql":
@@ -319,7 +325,7 @@ def test_sql_log_metrics_writes_the_rows_log_batch_writes_and_steps_aside_where_
     assert len(written["sql"][0]) == 8
 
     # A point already in the run: nothing written, log_batch's turn (it skips the duplicate).
-    client = MlflowClient(f"sqlite:///{tmp_path / 'sql'}.db")
+    client = MlflowClient(stores["sql"])
     experiment_id = client.search_experiments(filter_string="name = 'seam'")[0].experiment_id
     run_id = client.search_runs([experiment_id])[0].info.run_id
     before = tables(client, run_id)
