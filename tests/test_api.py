@@ -141,6 +141,12 @@ def test_confirm_reruns_the_top_configurations_with_new_seeds_and_reranks_them(
     path = write_experiment(workdir, TOY)
     first = tunetrain.sweep(path, num_samples=5, seed=3, name="six", report=False, register=False)
     assert first.status == "ok" and len(first.trials) == 6  # 5 and the baseline
+    # @champion on the worst trial's version; the two best have versions of their own.
+    ranked = load_sweep("six").best(6)
+    worst = tunetrain.register("six", trial=str(ranked.iloc[-1]["trial"]), alias="champion")
+    top_versions = {
+        str(row["trial"]): tunetrain.register("six", trial=str(row["trial"])) for _, row in ranked[:2].iterrows()
+    }
     status, out = run_cli("confirm", "six", "--top-k", "2", "--seeds", "2", "--seed", "8")
     assert status == 0, out
     assert "(from the store of sweep six)" in out and "from --tracking-uri" not in out, out  # no such flag was given
@@ -165,5 +171,17 @@ def test_confirm_reruns_the_top_configurations_with_new_seeds_and_reranks_them(
     winner = str(top.iloc[0]["trial"])
     assert f"The original winner, {winner}," in out
     assert ("still wins" in out) == (table.iloc[0]["trial"] == winner)
+    # @champion moved to the confirmed winner's version, which existed: no new version.
+    from mlflow.tracking import MlflowClient
+
+    confirmed = top_versions[str(table.iloc[0]["trial"])]
+    client = MlflowClient(original.store.tracking_uri)
+    holder = client.get_model_version_by_alias("toy", "champion")
+    assert str(holder.version) == confirmed.version and holder.tags["tunetrain.confirmed_by"] == "six-confirm"
+    moved = (
+        f"models:/toy@champion -> version {confirmed.version} (the confirmed winner; it was on version {worst.version})"
+    )
+    assert moved in out, out
+    assert len(client.search_model_versions("name = 'toy'")) == 3
     status, out = run_cli("confirm", "six", "--top-k", "0")
     assert status == 2 and "--top-k must be an integer >= 1, but got 0" in out

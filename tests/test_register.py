@@ -72,6 +72,16 @@ def test_a_sweep_registers_its_best_model_which_mlflow_loads_predicts_and_serves
     x, y = _digits_validation()
     accuracy = float((np.asarray(model.predict(x)).argmax(axis=1) == y).mean())
     assert accuracy == pytest.approx(best["best_val_acc"], abs=1e-9)
+    # Its signature (from the experiment's export_example) and its pinned requirements.
+    import torch
+
+    info = mlflow.models.get_model_info("models:/mlp_digits/1")
+    assert info.signature is not None, "no signature"
+    (spec,) = info.signature.inputs.inputs
+    assert tuple(spec.shape) == (-1, 64) and str(spec.type) == "float32", spec
+    requirements = Path(mlflow.pyfunc.get_model_dependencies("models:/mlp_digits/1")).read_text().split()
+    assert f"torch=={torch.__version__.split('+')[0]}" in requirements
+    assert f"mlflow=={mlflow.__version__}" in requirements
     # `mlflow models serve` answers an /invocations request (started and stopped here, by pid).
     port = _free_port()
     server = subprocess.Popen(

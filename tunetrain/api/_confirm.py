@@ -18,6 +18,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.overrides import apply_overrides
 from tunetrain.sweeps.result import SweepResult
+from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 
 @dataclasses.dataclass
@@ -29,6 +30,7 @@ class ConfirmResult:
     table: pd.DataFrame  # tunetrain.results.analysis.Sweep.confirmation(): trial, original, mean, std, min, max, seeds
     winner: str  # the original sweep's best trial
     winner_holds: bool
+    alias: str = ""  # what happened to the alias: "models:/NAME@ALIAS -> version N (the confirmed winner ...)"
 
 
 def confirm(
@@ -46,6 +48,7 @@ def confirm(
     stream: TextIO | None = None,
     command: list[str] | None = None,
     trust_changed_file: bool = False,
+    alias: str | None = CHAMPION_ALIAS,
 ) -> ConfirmResult:
     """Run the ``top_k`` best configurations of ``sweep`` (name or parent run id; default the
     newest) again, ``seeds`` times each with new seeds, FIFO (no early stopping), as a new
@@ -53,7 +56,9 @@ def confirm(
     sweep recorded); tag both sweeps with the link and print the configurations ranked by
     their mean. ``seed`` is the new sweep's root seed (default: drawn and recorded). The
     recorded file is imported only with the content the sweep recorded, unless
-    ``trust_changed_file``."""
+    ``trust_changed_file``. ``alias`` (``champion``; None or "" for none) then moves to the
+    registered version of the configuration that wins on the mean (the original sweep's trial
+    of it), registered now if it has none; the confirming sweep itself registers nothing."""
     from tunetrain.api._sweep import sweep as run_sweep
     from tunetrain.results.analysis import load_sweep, nested_config
     from tunetrain.sweeps.request import recorded_experiment
@@ -123,13 +128,40 @@ def confirm(
     holds = not table.empty and str(table.iloc[0]["trial"]) == winner
     print("", file=out)
     print(describe(table, original=original.name, metric=original.metric, mode=original.mode, winner=winner), file=out)
+    said = ""
+    if alias and not table.empty:
+        said = _hand_off(original, str(table.iloc[0]["trial"]), exp, alias=alias, confirmed_by=new_name)
+        print(said, file=out, flush=True)
     if report:
         from pathlib import Path
 
         from tunetrain.sweeps.session import end_of_sweep_report
 
         end_of_sweep_report(result.outcome, store.tracking_uri, Path(result.storage_path), out)
-    return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds)
+    return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds, alias=said)
+
+
+def _hand_off(original: Any, trial: str, exp: Experiment, *, alias: str, confirmed_by: str) -> str:
+    """``alias`` moved to the registered version of ``trial`` (the original sweep's trial of the
+    confirmed winner), registering it first when it has none; or why not, in one line. The
+    confirmation stands either way: a registry problem is said, not raised."""
+    from tunetrain.sweeps.handoff import register
+    from tunetrain.tracking.registry import RegisteredVersion, move_to_confirmed, version_of_run
+
+    tracking_uri = original.store.tracking_uri
+    run_id = str(original.trials().set_index("trial").loc[trial, "run_id"])
+    try:
+        version = version_of_run(tracking_uri, run_id)
+        if version is None:
+            registered = register(original.run_id, trial=trial, tracking_uri=tracking_uri, experiment=exp)
+            version = RegisteredVersion(registered.name, registered.version, registered.model_uri, registered.kind)
+            return registered.line() + "\n" + move_to_confirmed(tracking_uri, version, alias, confirmed_by=confirmed_by)
+        return move_to_confirmed(tracking_uri, version, alias, confirmed_by=confirmed_by)
+    except ExperimentError as exc:
+        return f"@{alias} not moved: {exc.message}"
+    except Exception as exc:  # the registry is a convenience: say why and go on
+        retry = f"tunetrain register {original.name} --trial {trial} --alias {alias}"
+        return f"@{alias} not moved ({type(exc).__name__}: {exc}); move it with `{retry}`"
 
 
 def _confirming(

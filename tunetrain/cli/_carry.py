@@ -53,7 +53,8 @@ def confirm_parser(subparsers: Any) -> None:
         help="run a sweep's top configurations again with new seeds and re-rank them",
         description="Run the --top-k best configurations of a sweep again, --seeds times each with new seeds, to "
         "their end (FIFO, no early stopping), as a new sweep linked to the original (tags on both); print the "
-        "configurations ranked by their mean and whether the original winner still wins.",
+        "configurations ranked by their mean and whether the original winner still wins; move the alias champion to "
+        "the winner's registered version. The confirming sweep registers nothing of its own.",
     )
     parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest sweep)")
     parser.add_argument("--top-k", type=int, default=3, help="how many of the best configurations (default 3)")
@@ -66,6 +67,12 @@ def confirm_parser(subparsers: Any) -> None:
     parser.add_argument("--experiment-file", help="the experiment file (default: the one the sweep recorded)")
     parser.add_argument("--no-report", action="store_true", help="no HTML report of the confirming sweep")
     parser.add_argument("--trust-changed-file", action="store_true", help=TRUST_CHANGED_HELP)
+    parser.add_argument(
+        "--alias",
+        default="champion",
+        help="the registered model's alias that moves to the confirmed winner's version, registered from the "
+        "original sweep's trial if it has none (models:/NAME@ALIAS; default champion; '' for none)",
+    )
     parser.set_defaults(command=confirm_command, records=True)
 
 
@@ -87,5 +94,6 @@ def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) ->
         stream=stream,
         command=_command(args),
         trust_changed_file=args.trust_changed_file,
+        alias=args.alias or None,
     )
     return result.sweep.exit_status

@@ -22,10 +22,12 @@ from tunetrain.tracking.schema import CHAMPION_ALIAS
 __all__ = [
     "CHAMPION_ALIAS",
     "RegisteredVersion",
+    "move_to_confirmed",
     "promote_if_better",
     "register_version",
     "registered_tags",
     "set_alias",
+    "version_of_run",
     "version_tags",
 ]
 
@@ -181,3 +183,37 @@ def promote_if_better(
     else:
         why = ""
     return set_alias(tracking_uri, version, alias) + why
+
+
+def version_of_run(tracking_uri: str, run_id: str) -> RegisteredVersion | None:
+    """The newest registered version whose source is the trial run ``run_id`` (any model
+    name), or None."""
+    from mlflow.tracking import MlflowClient
+
+    versions = MlflowClient(tracking_uri).search_model_versions(f"run_id = '{run_id}'")
+    if not versions:
+        return None
+    newest = max(versions, key=lambda v: int(v.version))
+    folder = (newest.source or "").endswith(f"/{schema.REGISTERED_CHECKPOINT_ARTIFACT}")
+    kind = "checkpoint" if folder else "pytorch"
+    return RegisteredVersion(newest.name, str(newest.version), f"models:/{newest.name}/{newest.version}", kind)
+
+
+def move_to_confirmed(tracking_uri: str, version: RegisteredVersion, alias: str, *, confirmed_by: str) -> str:
+    """After ``tunetrain confirm``: ``alias`` moved to the confirmed winner's ``version``
+    (whatever the holder's single-seed value: the confirming sweep's mean over new seeds is
+    the stronger evidence), the version tagged with the confirming sweep; the line that says
+    what happened."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    client.set_model_version_tag(version.name, version.version, schema.CONFIRMED_BY_TAG, confirmed_by)
+    try:
+        holder = client.get_model_version_by_alias(version.name, alias).version
+    except mlflow.exceptions.MlflowException:  # no version holds it
+        holder = None
+    if holder == version.version:
+        return f"models:/{version.name}@{alias} stays on version {version.version}, the confirmed winner's"
+    was = f"; it was on version {holder}" if holder is not None else ""
+    return set_alias(tracking_uri, version, alias) + f" (the confirmed winner{was})"
