@@ -1,5 +1,5 @@
 """The Python API: :func:`sweep`, :func:`resume`, :func:`smoke`, :func:`replay`,
-:func:`confirm`, :func:`register` and :func:`sync`, what the
+:func:`confirm`, :func:`register`, :func:`serve` and :func:`sync`, what the
 CLI's commands call (``tunetrain sweep FILE`` is ``tunetrain.sweep(FILE)``).
 
 Bad input raises :class:`tunetrain.ExperimentError` (rule, value, fix) before anything
@@ -10,6 +10,7 @@ its summary printed, nothing left RUNNING in MLflow, and ``result.interrupted`` 
 
 from tunetrain.api._confirm import ConfirmResult, confirm
 from tunetrain.api._replay import ReplayResult, replay
+from tunetrain.api._serve import serve
 from tunetrain.api._smoke import SmokeResult, smoke, smoke_request
 from tunetrain.api._sweep import resume, run_request, sweep
 from tunetrain.api._sync import SyncResult, sync
@@ -31,6 +32,7 @@ __all__ = [
     "resolve_experiment",
     "resume",
     "run_request",
+    "serve",
     "smoke",
     "smoke_request",
     "sweep",

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
-from tunetrain.cli._carry import confirm_parser, register_parser
+from tunetrain.cli._carry import confirm_parser, register_parser, serve_parser
 from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
 from tunetrain.cli._ray import down_parser, up_parser
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         replay_parser,
         register_parser,
         confirm_parser,
+        serve_parser,
         up_parser,
         down_parser,
     ):

@@ -1,4 +1,4 @@
-"""The commands that carry a sweep's results forward: register and confirm."""
+"""The commands that carry a sweep's results forward: register, confirm and serve."""
 
 from __future__ import annotations
 
@@ -97,3 +97,39 @@ def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) ->
         alias=args.alias or None,
     )
     return result.sweep.exit_status
+
+
+def serve_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a registered model (or a sweep's) over HTTP on Ray Serve",
+        description="Deploy a registered model on Ray Serve, on the Ray a sweep would use (--address, RAY_ADDRESS, "
+        "the machine's `tunetrain up` Ray, else an embedded one), and serve it until Ctrl+C or SIGTERM. Requests "
+        'as to `mlflow models serve`: POST /invocations with {"inputs": [...]}, answered {"predictions": [...]}.',
+    )
+    parser.add_argument(
+        "model", nargs="?", help="models:/NAME@ALIAS, models:/NAME/VERSION, or a sweep (default: the newest sweep)"
+    )
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas of the model (default 1)")
+    parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per replica (default 1)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    parser.add_argument("--address", help="Ray cluster to use (default: as a sweep finds it)")
+    parser.set_defaults(command=serve_command)
+
+
+def serve_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
+    from tunetrain.api import serve
+
+    serve(
+        args.model,
+        tracking_uri=args.tracking_uri,
+        replicas=args.replicas,
+        num_cpus=args.num_cpus,
+        host=args.host,
+        port=args.port,
+        address=args.address,
+        stream=stream,
+    )
+    return EXIT_OK
