@@ -105,3 +105,17 @@ def test_a_baseline_is_true_false_or_values_of_the_searched_dimensions() -> None
         make_experiment(baseline="centre")
     with pytest.raises(ExperimentError, match=r"baseline\['lr'\]=2: lr is searched in \[0, 1\]"):
         make_experiment(baseline={"lr": 2})
+
+
+def test_datasets_take_ray_datasets_or_functions_and_refuse_anything_else() -> None:
+    import ray.data
+
+    make_experiment(datasets={"train": lambda: ray.data.range(4)})  # a function: built after Ray starts
+    with pytest.raises(
+        ExperimentError, match=r"Experiment.datasets\['train'\] must be a ray.data.Dataset or a function"
+    ):
+        make_experiment(datasets={"train": [1, 2, 3]})
+    with pytest.raises(ExperimentError, match="non-empty strings, but got ''"):
+        make_experiment(datasets={"": lambda: ray.data.range(4)})
+    with pytest.raises(ExperimentError, match=r"data_config must be a ray\.train\.DataConfig, but got dict"):
+        make_experiment(datasets={"train": lambda: ray.data.range(4)}, data_config={"split": True})

@@ -413,6 +413,71 @@ def test_reused_trial_processes_and_torch_trainer_trials_behave_identically(
     assert len(set().union(*pids["torch_trainer"].values())) == 3, pids["torch_trainer"]
 
 
+# A Ray Data loop (Ray Train's documented data path): each step reads the worker's shard of
+# the "train" dataset; the ranks' rows are gathered and sorted, so the recorded values do not
+# depend on which rank read which block.
+RAY_DATA_PARITY = """
+import ray.data
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    shard = ray.train.get_dataset_shard("train")
+    world = ray.train.get_context().get_world_size()
+    for step in range(3):
+        ids = [int(i) for batch in shard.iter_batches(batch_size=16) for i in batch["id"]]
+        if world > 1:
+            import torch.distributed as dist
+
+            parts = [None] * world
+            dist.all_gather_object(parts, ids)
+            ids = [i for part in parts for i in part]
+        ids.sort()
+        loss = sum((config["a"] * i - 2.0 * i) ** 2 for i in ids) / len(ids) / (step + 1)
+        ray.train.report({"loss": loss, "rows": len(ids), "distinct": len(set(ids)), "world_size": world})
+
+
+experiment = Experiment(
+    name="data_parity", train_loop=loop, space={"a": tune.grid_search([1.0, 3.0])}, metric="loss", mode="min",
+    datasets={"train": lambda: ray.data.range(64, override_num_blocks=8)},
+    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=3), seed=3, baseline=False,
+)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("workers", "runner"), [(1, "in_process"), (2, "worker_group")])
+def test_a_ray_data_loop_reads_its_shards_alike_on_every_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, runner: str
+) -> None:
+    path = write_experiment(tmp_path, RAY_DATA_PARITY)
+    recorded = {}
+    for used in (runner, "torch_trainer"):
+        folder = tmp_path / used
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        status, out = run_cli(
+            "sweep", str(path), "--trial-runner", used, "--workers-per-trial", str(workers), "--no-report"
+        )
+        assert status == 0, out
+        assert "Datasets: train (64 rows); built once, in Ray's object store, shared by every trial." in out, out
+        client, _, children = sweep_runs(folder, "data_parity")
+        recorded[used] = {
+            run.data.params["a"]: {
+                key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+                for key in ("loss", "rows", "distinct", "world_size")
+            }
+            for run in children
+        }
+    assert recorded[runner] == recorded["torch_trainer"]
+    for history in recorded[runner].values():
+        # Every step (epoch) read each of the 64 rows once, across the trial's workers.
+        assert history["rows"] == [64.0] * 3 and history["distinct"] == [64.0] * 3
+        assert history["world_size"] == [float(workers)] * 3
+
+
 def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ from ray import cloudpickle  # Ray pickles with its own vendored copy
 
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment_checks import (
+    check_datasets,
     check_objective,
     check_resources,
     check_space,
@@ -159,6 +160,13 @@ class Experiment:
             to MLflow as an ``mlflow.pytorch`` model; without it the checkpoint folder is
             registered as it is. ``export_example``: ``f(config)`` -> a small input batch (a
             NumPy array) logged as the model's input example (its signature).
+        datasets: Ray Data datasets for the train loop, by name: ``{"train": ds}`` with a
+            ``ray.data.Dataset`` or, better, a function that builds one (an experiment file is
+            imported before Ray starts). Built once per sweep and materialized in Ray's object
+            store, then split for each trial's workers as a TorchTrainer splits them, so
+            ``ray.train.get_dataset_shard("train")`` works on every runner. See
+            docs/experiments.md. ``data_config``: the ``ray.train.DataConfig`` that splits
+            them (which to split, execution options; default: Ray Train's).
     """
 
     name: str
@@ -189,6 +197,8 @@ class Experiment:
     warm_start: Sequence[str] = ()
     export_model: Callable[[str, dict[str, Any]], Any] | None = None
     export_example: Callable[[dict[str, Any]], Any] | None = None
+    datasets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data_config: Any = None
     # Set by load_experiment: where the experiment came from.
     source_path: str | None = None
 
@@ -295,6 +305,7 @@ class Experiment:
         check_objective(self)
         check_resources(self)
         check_space(self)
+        check_datasets(self)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -165,6 +165,35 @@ def check_space(exp: Any) -> None:
             )
 
 
+def check_datasets(exp: Any) -> None:
+    """``datasets``: names to ``ray.data.Dataset`` objects or functions that build one;
+    ``data_config``: a ``ray.train.DataConfig`` (checked by what it must do, ``configure``)."""
+    if not isinstance(exp.datasets, Mapping):
+        raise ExperimentError(
+            f"Experiment.datasets must map names to Ray Datasets, but got {type(exp.datasets).__name__}.",
+            fix='Use datasets={"train": lambda: ray.data.from_numpy(x)}.',
+        )
+    for name, value in exp.datasets.items():
+        if not isinstance(name, str) or not name:
+            raise ExperimentError(
+                f"Experiment.datasets' names are what ray.train.get_dataset_shard(name) takes, non-empty strings, "
+                f"but got {name!r}.",
+                fix='Name each dataset, e.g. datasets={"train": ..., "val": ...}.',
+            )
+        is_dataset = type(value).__module__.startswith("ray.data")
+        if not is_dataset and not callable(value):
+            raise ExperimentError(
+                f"Experiment.datasets[{name!r}] must be a ray.data.Dataset or a function that returns one, but got "
+                f"{type(value).__name__}.",
+                fix=f'Pass datasets={{"{name}": lambda: ray.data.from_numpy(x)}} (or from_pandas, read_parquet, ...).',
+            )
+    if exp.data_config is not None and not callable(getattr(exp.data_config, "configure", None)):
+        raise ExperimentError(
+            f"Experiment.data_config must be a ray.train.DataConfig, but got {type(exp.data_config).__name__}.",
+            fix="Pass ray.train.DataConfig(...) or leave it out for Ray Train's default.",
+        )
+
+
 def _positive_int(field: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ExperimentError(

@@ -34,6 +34,7 @@ from tunetrain.trial import (
     DRIVER_RESOURCES,
     TrialNamer,
     TrialSpec,
+    build_datasets,
     remove_train_copies,
     run_trial,
     run_trial_in_process,
@@ -247,7 +248,7 @@ def _tuner(
         evaluated=list(plan.warm_points),
         stopped=scheduler.early_stopped if hasattr(scheduler, "early_stopped") else None,
     )
-    trainable = _trainable(plan, journaled)
+    trainable = _trainable(plan, journaled, stream=stream)
     limited = exp.searcher not in ("random", "grid")
     search_alg: Any = searcher
     if plan.resume and limited:
@@ -293,7 +294,7 @@ def _tuner(
     )
 
 
-def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord]) -> Any:
+def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord], *, stream: TextIO) -> Any:
     """The Tune trainable of the experiment's trial runner, with its resources."""
     exp = plan.experiment
     spec = TrialSpec(
@@ -313,6 +314,8 @@ def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord]) -> Any:
         max_failures=0 if exp.reuses_trial_process else exp.max_failures,
         # Trials that ended before a crash, which Tune's last saved state still had running.
         finished=frozenset(r.name for r in journaled.values() if r.status in ENDED and r.status != "interrupted"),
+        datasets=build_datasets(exp.datasets, stream=stream),  # once, before the first trial
+        data_config=exp.data_config,
     )
     if exp.in_process:
         # The trial itself trains: it holds the worker's resources, and Tune reuses its

@@ -35,6 +35,7 @@ from tunetrain.trial._common import (
     trial_seed,
     worst_for_diverged,
 )
+from tunetrain.trial._data import build_datasets
 from tunetrain.trial._group import run_trial_on_group
 from tunetrain.trial._in_process import run_trial_in_process
 from tunetrain.trial._torch_trainer import run_trial
@@ -47,6 +48,7 @@ __all__ = [
     "RESTARTS_KEY",
     "TrialNamer",
     "TrialSpec",
+    "build_datasets",
     "oom_in_error",
     "remove_train_copies",
     "run_trial",

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,23 @@ class TrialSpec:
     # Resuming: trials the sweep recorded as ended, which Tune's last saved state (written
     # a moment before) still had running; they end at once instead of running again.
     finished: frozenset[str] = frozenset()
+    # The experiment's Ray Datasets, materialized once by the driver, and its DataConfig.
+    datasets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data_config: Any = None
+
+    def shards(
+        self, world_size: int, worker_handles: list[Any] | None = None, node_ids: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Each rank's dataset shards, split as a TorchTrainer splits them."""
+        from tunetrain.trial._data import dataset_shards
+
+        return dataset_shards(
+            self.datasets,
+            self.data_config,
+            world_size=world_size,
+            worker_handles=worker_handles,
+            worker_node_ids=node_ids,
+        )
 
     def start_checkpoint(self) -> Any:
         restored = tune.get_checkpoint()

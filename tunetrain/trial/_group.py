@@ -132,9 +132,16 @@ class _GroupTrainFnUtils(_LocalTrainFnUtils):
     would give them), reports through the mailbox, collectives on torch's process group."""
 
     def __init__(
-        self, *, experiment_name: str, ranks: dict[str, int], mailbox: Any, start: Any, hand_over_to: str | None
+        self,
+        *,
+        experiment_name: str,
+        ranks: dict[str, int],
+        mailbox: Any,
+        start: Any,
+        hand_over_to: str | None,
+        dataset_shards: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(experiment_name=experiment_name, **ranks)
+        super().__init__(experiment_name=experiment_name, dataset_shards=dataset_shards, **ranks)
         self._rank = ranks["world_rank"]
         self._mailbox = mailbox
         self._start = start
@@ -251,7 +258,14 @@ class _Worker:
         return int(one.item()) == self._ranks["world_size"]
 
     def run(
-        self, spec: TrialSpec, config: dict[str, Any], name: str, start: Any, mailbox: Any, driver_node: str
+        self,
+        spec: TrialSpec,
+        config: dict[str, Any],
+        name: str,
+        start: Any,
+        mailbox: Any,
+        driver_node: str,
+        shards: dict[str, Any] | None = None,
     ) -> str:
         index = trial_index(name)
         # Rank 0 on another node than the trial's process hands its checkpoints over through
@@ -260,7 +274,12 @@ class _Worker:
         hand_over_to = f"{spec.storage_path}/{name}-handover" if here != driver_node else None
         _internals.set_train_fn_utils(
             _GroupTrainFnUtils(
-                experiment_name=name, ranks=self._ranks, mailbox=mailbox, start=start, hand_over_to=hand_over_to
+                experiment_name=name,
+                ranks=self._ranks,
+                mailbox=mailbox,
+                start=start,
+                hand_over_to=hand_over_to,
+                dataset_shards=shards,
             )
         )
         loop = worker_main(
@@ -376,7 +395,12 @@ def run_trial_on_group(config: dict[str, Any], spec: TrialSpec) -> None:
     ray.get(group.mailbox.reset.remote())
     start = spec.start_checkpoint()
     here = ray.get_runtime_context().get_node_id()
-    runs = {w.run.remote(spec, config, name, start, group.mailbox, here): rank for rank, w in enumerate(group.workers)}
+    # Each rank's dataset shards, split across the group's workers as a TorchTrainer's are.
+    shards = spec.shards(len(group.workers), group.workers, [n["node_id"] for n in group.nodes])
+    runs = {
+        w.run.remote(spec, config, name, start, group.mailbox, here, shards[rank]): rank
+        for rank, w in enumerate(group.workers)
+    }
     waiting = group.mailbox.next.remote()
     nodes: list[dict[str, Any]] | None = group.nodes  # sent with the trial's first report
     stopped = True  # until every rank's loop has returned

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
 import ray.train
 from ray import tune
 
@@ -27,8 +28,9 @@ class _TuneBridge(_LocalTrainFnUtils):
         experiment_name: str,
         initial_checkpoint: Any = None,
         objectives: tuple[tuple[str, str], ...] = (),
+        dataset_shards: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(experiment_name=experiment_name)
+        super().__init__(experiment_name=experiment_name, dataset_shards=dataset_shards)
         self._session = session
         self._initial_checkpoint = initial_checkpoint
         self._objectives = objectives
@@ -59,8 +61,15 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     initial = None
     if session.loaded_checkpoint is None and spec.initial_checkpoint is not None:
         initial = ray.train.Checkpoint.from_directory(spec.initial_checkpoint)
+    (shards,) = spec.shards(1, node_ids=[ray.get_runtime_context().get_node_id()])
     _internals.set_train_fn_utils(
-        _TuneBridge(session=session, experiment_name=name, initial_checkpoint=initial, objectives=spec.objectives)
+        _TuneBridge(
+            session=session,
+            experiment_name=name,
+            initial_checkpoint=initial,
+            objectives=spec.objectives,
+            dataset_shards=shards,
+        )
     )
     # The train loop is written for Ray Train: ray.train.* work while it runs.
     try:

@@ -115,6 +115,9 @@ def _trainer(
             objectives=spec.objectives,
         ),
         train_loop_config=config,
+        # The sweep's materialized datasets, split by Train itself (spec.data_config or its default).
+        datasets=dict(spec.datasets) or None,
+        **({"dataset_config": spec.data_config} if spec.data_config is not None else {}),
         scaling_config=ScalingConfig(
             num_workers=spec.num_workers,
             # An elastic trial looks for more free workers this often (Ray's default: 60 s).
