@@ -65,12 +65,7 @@ def confirm(
     from tunetrain.tracking import TrackingURI, schema
 
     out = stream or sys.stdout
-    for label, value in (("top_k", top_k), ("seeds", seeds)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExperimentError(
-                f"--{label.replace('_', '-')} must be an integer >= 1, but got {value!r}.",
-                fix="Use e.g. --top-k 3 --seeds 3.",
-            )
+    _check_counts(top_k=top_k, seeds=seeds)
     original = load_sweep(sweep, tracking_uri=tracking_uri)
     if original.metric not in original.metrics:
         raise ExperimentError(
@@ -162,6 +157,15 @@ def _hand_off(original: Any, trial: str, exp: Experiment, *, alias: str, confirm
     except Exception as exc:  # the registry is a convenience: say why and go on
         retry = f"tunetrain register {original.name} --trial {trial} --alias {alias}"
         return f"@{alias} not moved ({type(exc).__name__}: {exc}); move it with `{retry}`"
+
+
+def _check_counts(**counts: int) -> None:
+    for label, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ExperimentError(
+                f"--{label.replace('_', '-')} must be an integer >= 1, but got {value!r}.",
+                fix="Use e.g. --top-k 3 --seeds 3.",
+            )
 
 
 def _confirming(
