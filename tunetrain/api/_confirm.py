@@ -123,10 +123,7 @@ def confirm(
     holds = not table.empty and str(table.iloc[0]["trial"]) == winner
     print("", file=out)
     print(describe(table, original=original.name, metric=original.metric, mode=original.mode, winner=winner), file=out)
-    said = ""
-    if alias and not table.empty:
-        said = _hand_off(original, str(table.iloc[0]["trial"]), exp, alias=alias, confirmed_by=new_name)
-        print(said, file=out, flush=True)
+    said = _hand_off(original, table, exp, alias=alias, confirmed_by=new_name, stream=out) if alias else ""
     if report:
         from pathlib import Path
 
@@ -136,10 +133,19 @@ def confirm(
     return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds, alias=said)
 
 
-def _hand_off(original: Any, trial: str, exp: Experiment, *, alias: str, confirmed_by: str) -> str:
-    """``alias`` moved to the registered version of ``trial`` (the original sweep's trial of the
-    confirmed winner), registering it first when it has none; or why not, in one line. The
-    confirmation stands either way: a registry problem is said, not raised."""
+def _hand_off(original: Any, table: Any, exp: Experiment, *, alias: str, confirmed_by: str, stream: TextIO) -> str:
+    """``alias`` moved to the registered version of the confirmed winner (the original sweep's
+    trial of it, ``table``'s first), registering it first when it has none; or why not, in
+    one line, printed. The confirmation stands either way: a registry problem is said, not
+    raised."""
+    if table.empty:
+        return ""
+    said = _move_alias(original, str(table.iloc[0]["trial"]), exp, alias=alias, confirmed_by=confirmed_by)
+    print(said, file=stream, flush=True)
+    return said
+
+
+def _move_alias(original: Any, trial: str, exp: Experiment, *, alias: str, confirmed_by: str) -> str:
     from tunetrain.sweeps.handoff import register
     from tunetrain.tracking.registry import RegisteredVersion, move_to_confirmed, version_of_run
 
