@@ -1,10 +1,30 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tunetrain.records import SweepOutcome, TrialRecord
 from tunetrain.sweeps.console import LiveView, summary
+
+TERMINAL = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(3):
+        ray.train.report({"loss": config["x"] / (step + 1)})
+
+
+experiment = Experiment(
+    name="terminal", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=4, stop=StopRule(max_iterations=3), seed=1, baseline=False,
+)
+"""
 
 
 def record(name: str, status: Any, best: float | None, error: str | None = None) -> TrialRecord:
@@ -107,3 +127,39 @@ def test_summary_table_shows_the_searched_values_and_the_fixed_ones_once() -> No
         next(line for line in summary(outcome, ui_command="mlflow ui").splitlines() if "iters" in line).split()[-1]
         == "lr"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray  # the sweep runs in its own process, under a pseudo-terminal
+def test_a_sweep_on_a_terminal_shows_a_progress_bar_with_its_eta(tmp_path: Path) -> None:
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import write_experiment
+
+    path = write_experiment(tmp_path, TERMINAL)
+    primary, replica = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tunetrain", "sweep", str(path), "--no-report", "--no-register"],
+        stdin=replica, stdout=replica, stderr=replica, cwd=tmp_path, close_fds=True,
+    )  # fmt: skip
+    os.close(replica)
+    chunks = []
+    while True:  # until the process closes the terminal (EOF reads as EIO on Linux)
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    assert process.wait(timeout=60) == 0
+    out = b"".join(chunks).decode(errors="replace")
+    # tqdm's bar, rewritten in place: trials ended, elapsed<ETA, the states and the best.
+    bars = re.findall(r"(\d)/4 trials ended \|[^|]*\| \[(\d\d:\d\d)<([0-9:?]+)\] ([^\r\n]*)", out)
+    assert bars and bars[-1][0] == "4" and "4 completed | best loss=" in bars[-1][3], out
+    assert "\r" in out and " trials: " not in out  # no log lines on a terminal

@@ -56,7 +56,9 @@ def _outputs(notebook: Any) -> tuple[str, list[Any]]:
 
 @pytest.mark.slow
 @pytest.mark.own_ray  # the kernel starts its own Ray
-def test_python_api_notebook_runs_a_sweep_and_analyses_it(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_api_notebook_runs_a_sweep_and_analyses_it(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     path = write_experiment(workdir, ANALYSED)
     monkeypatch.setenv("TUNETRAIN_EXPERIMENT", str(path))
     monkeypatch.setenv("TUNETRAIN_NUM_SAMPLES", "3")
@@ -64,9 +66,23 @@ def test_python_api_notebook_runs_a_sweep_and_analyses_it(workdir: Path, monkeyp
     client = NotebookClient(
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     )
-    client.execute()
+    client.execute()  # and the kernel shut down
     text, images = _outputs(notebook)
     assert "ok finished" in text, text
+    # The sweep's cell: tunetrain's lines, then one live display updated in place (its last
+    # state saved, in HTML and plain text), then the summary; no status line per update,
+    # nothing wiped (Tune's notebook reporter clears the cell), no widget advice.
+    sweep_cell = next(c for c in notebook.cells if "tunetrain.sweep(" in "".join(c.source))
+    kinds = [o.output_type for o in sweep_cell.outputs]
+    (display,) = [o for o in sweep_cell.outputs if o.output_type == "display_data"]
+    assert display.data["text/plain"].startswith("4/4 trials ended · elapsed "), display.data["text/plain"]
+    assert "<progress value='4' max='4'" in display.data["text/html"] and "<table>" in display.data["text/html"]
+    before = "".join(o.get("text", "") for o in sweep_cell.outputs[: kinds.index("display_data")])
+    assert "Sweep " in before and "Ray: embedded" in before, before
+    assert " trials: " not in text and "IPython.core.display.HTML" not in text and "Missing packages" not in text
+    assert "clear_output" not in kinds
+    # The kernel's shutdown (SIGTERM while Ray shuts down) prints no stack dump.
+    assert "SIGTERM received" not in capfd.readouterr().err
     assert "best config: {" in text and "best checkpoint: " + os.fspath(workdir / "tunetrain_results") in text, text
     assert len(images) == 1  # the learning curves
     from mlflow.tracking import MlflowClient

@@ -10,6 +10,8 @@ the commands that only read the record do not pay for Ray's and torch's imports.
 from __future__ import annotations
 
 import importlib
+import logging
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from tunetrain.errors import ExperimentError
@@ -37,6 +39,12 @@ if TYPE_CHECKING:
     from tunetrain.training import StepRunner, StepStats, load_state_dicts, state_dicts
 
 __version__ = "0.1.0"
+
+# In a notebook, importing Ray Tune logs "Missing packages: ['ipywidgets']" (three times) and
+# an import of tqdm.auto warns "IProgress not found": advice for widgets tunetrain does not
+# use (its live display is plain HTML, tunetrain/sweeps/live.py), printed into the cell.
+logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # Public name -> the module that defines it.
 _WHERE = {

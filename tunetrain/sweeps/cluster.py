@@ -207,6 +207,22 @@ def _keep_sigterm_handler(before: Any) -> None:
 
     if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
         signal.signal(signal.SIGTERM, before)
+    elif before == signal.SIG_DFL and _in_kernel():
+        # A Jupyter kernel (no handler of its own): at shutdown, Jupyter sends SIGTERM to a
+        # kernel still busy after its shutdown request, and Ray's C++ handler printed a stack
+        # dump. A clean exit instead: Python's exit handlers (Ray's shutdown among them).
+        signal.signal(signal.SIGTERM, _exit_cleanly)
+
+
+def _in_kernel() -> bool:
+    import sys
+
+    shell = sys.modules["IPython"].get_ipython() if "ipykernel" in sys.modules and "IPython" in sys.modules else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def cluster_nodes() -> list[dict[str, float]]:

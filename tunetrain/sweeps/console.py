@@ -6,7 +6,8 @@ import json
 import math
 import time
 from collections import Counter
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
 from tunetrain.redaction import redact
@@ -22,9 +23,11 @@ def _fmt(value: object) -> str:
 
 
 class LiveView:
-    """One status line: trial states, best so far. Rewritten in place on a terminal (at most
-    every ``min_interval_s``, at once on ``force``); elsewhere (a log file, CI) printed when it
-    changed, at most every ``log_interval_s``, and once more at the end, so that a
+    """The sweep's live state: trial states, best so far. On a terminal a progress bar on the
+    status line with elapsed time and ETA (tqdm), in a Jupyter notebook one display updated in
+    place with the top trials (:mod:`tunetrain.sweeps.live`), at most every
+    ``min_interval_s`` and at once on ``force``; elsewhere (a log file, CI) a line printed when
+    the state changed, at most every ``log_interval_s``, and once more at the end, so that a
     200-trial sweep logs a few dozen lines, not one per trial event."""
 
     def __init__(
@@ -37,6 +40,8 @@ class LiveView:
         min_interval_s: float = 1.0,
         log_interval_s: float = 10.0,
     ) -> None:
+        from tunetrain.sweeps import live
+
         self.metric = metric
         self.mode = mode
         self.total = total
@@ -46,10 +51,16 @@ class LiveView:
         self._start = time.monotonic()
         self._last_line = ""
         self._last_time = -math.inf
-        self._held: list[TrialRecord] | None = None  # a state held back by log_interval_s
-        self._tty = stream.isatty()
+        self._held: list[TrialRecord] | None = None  # a state held back by the interval
+        self._face: Any = None  # the bar or the notebook's display, made at the first update
+        self._make_face: Callable[[], Any] | None = None  # None: log lines
+        if live.in_notebook(stream):
+            self._make_face = lambda: live.NotebookDisplay(metric=metric, mode=mode, total=total)
+        elif stream.isatty():
+            self._make_face = lambda: live.TerminalBar(total=total, stream=stream)
 
-    def line(self, trials: list[TrialRecord]) -> str:
+    def states(self, trials: list[TrialRecord]) -> str:
+        """The trials' states and the best so far: ``2 running, 1 completed | best loss=0.3 (trial_0001)``."""
         counts: Counter[str] = Counter(t.status for t in trials)
         pending = max(self.total - len(trials), 0)
         parts = [f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s]]
@@ -57,17 +68,19 @@ class LiveView:
             parts.insert(0, f"{pending} pending")
         ranked = rank_trials(trials, self.mode)
         best = f" | best {self.metric}={_fmt(ranked[0].best_value)} ({ranked[0].name})" if ranked else ""
+        return ", ".join(parts) + best
+
+    def line(self, trials: list[TrialRecord]) -> str:
         elapsed = int(time.monotonic() - self._start)
-        return f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {len(trials)}/{self.total} trials: " + ", ".join(parts) + best
+        return f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {len(trials)}/{self.total} trials: " + self.states(trials)
 
     def update(self, trials: list[TrialRecord], *, force: bool = False) -> None:
         now = time.monotonic()
-        if self._tty:
+        if self._make_face is not None:
             if force or now - self._last_time >= self.min_interval_s:
-                self._last_line = self.line(trials)
-                self._last_time = now
-                self.stream.write("\r\x1b[2K" + self._last_line)
-                self.stream.flush()
+                self._show(trials, now)
+            else:
+                self._held = trials  # shown at the next update, or at close()
             return
         if now - self._last_time < self.log_interval_s:
             self._held = trials  # shown at the next interval, or at close()
@@ -75,6 +88,18 @@ class LiveView:
         self._held = None
         self._last_time = now  # an unchanged state is not looked at again before the interval
         self._print_if_changed(self.line(trials), now)
+
+    def _show(self, trials: list[TrialRecord], now: float) -> None:
+        from tunetrain.sweeps.live import ENDED, NotebookDisplay
+
+        if self._face is None and self._make_face is not None:
+            self._face = self._make_face()
+        ended = sum(t.status in ENDED for t in trials)
+        if isinstance(self._face, NotebookDisplay):
+            self._face.show(trials, self.states(trials))
+        else:
+            self._face.show(ended, self.states(trials))
+        self._held, self._last_time, self._last_line = None, now, self.line(trials)
 
     def _print_if_changed(self, line: str, now: float) -> None:
         # The elapsed-time prefix changes every second; compare what follows it.
@@ -84,10 +109,13 @@ class LiveView:
             self._last_line, self._last_time = line, now
 
     def close(self) -> None:
-        if self._tty and self._last_line:
-            self.stream.write("\n")
-            self.stream.flush()
-        elif self._held is not None:  # the final state always shows
+        if self._make_face is not None:
+            if self._held is not None:  # the final state always shows
+                self._show(self._held, time.monotonic())
+            if self._face is not None and hasattr(self._face, "close"):
+                self._face.close()
+            return
+        if self._held is not None:  # the final state always shows
             self._print_if_changed(self.line(self._held), time.monotonic())
             self._held = None
 

@@ -282,6 +282,7 @@ def _tuner(
             checkpoint_score_order=callback.score_order,
         ),
         verbose=0,
+        progress_reporter=_NoTuneOutput(),
     )
     if not plan.resume:
         return tune.Tuner(trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config)
@@ -292,6 +293,19 @@ def _tuner(
     return _internals.restore_tuner(
         plan.sweep_dir, trainable, param_space=plan.param_space, tune_config=tune_config, run_config=run_config
     )
+
+
+class _NoTuneOutput(tune.ProgressReporter):
+    """Tune's own progress output off (tunetrain's live view shows the sweep). ``verbose=0``
+    is not enough in a notebook: there Tune makes its ``JupyterNotebookReporter`` anyway,
+    which clears the cell's output when it starts (Ray 2.60), wiping the lines tunetrain
+    printed before (the store, the plan)."""
+
+    def should_report(self, trials: list[Any], done: bool = False) -> bool:
+        return False
+
+    def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
+        return None
 
 
 def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord], *, stream: TextIO) -> Any:
