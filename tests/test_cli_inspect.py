@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tests.conftest import AnalysedSweep, run_cli
 from tunetrain.results.analysis import load_sweep
@@ -113,6 +114,19 @@ def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_
         url = f"http://127.0.0.1:{port}"
         assert url in line, line
         local = load_sweep("analysed-1", tracking_uri=analysed_sweep.tracking_uri)
+        newest = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+        # The link opens the newest sweep's trials (its child runs), best loss first.
+        query = (
+            f"searchFilter=tags.mlflow.parentRunId%20%3D%20%27{newest.run_id}%27"
+            "&orderByKey=metrics.%60loss%60&orderByAsc=true"
+        )
+        link = f"{url}/#/experiments/{newest.parent.experiment_id}/runs?{query}"
+        assert f"{link} (sweep {newest.name}'s trials, lowest loss first)" in line, line
+        # What the filter says is what MLflow's search returns: the sweep's trials.
+        filtered = MlflowClient(url).search_runs(
+            [newest.parent.experiment_id], f"tags.mlflow.parentRunId = '{newest.run_id}'"
+        )
+        assert sorted(r.info.run_id for r in filtered) == sorted(r.run_id for r in newest.runs)
         with urllib.request.urlopen(f"{url}/api/2.0/mlflow/runs/get?run_id={local.run_id}") as response:
             run = json.load(response)["run"]
         # The server reads the same store: the sweep's parent run, by its id.

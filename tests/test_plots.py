@@ -79,3 +79,24 @@ def test_pareto_front_needs_two_objectives(analysed_sweep: AnalysedSweep) -> Non
         plots.pareto_front(sweep)
     # Two recorded metrics can still be set against each other.
     assert _png(plots.pareto_front(sweep, metrics=("loss", "accuracy"))).startswith(b"\x89PNG")
+
+
+def test_parallel_coordinates_draw_a_choice_as_a_categorical_axis(analysed_sweep: AnalysedSweep) -> None:
+    import pandas as pd
+
+    sweep = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
+    assert sweep.choices("optimizer") == ["adam", "sgd"] and sweep.choices("lr") is None
+    labels = {t.get_text() for t in plots.parallel_coordinates(sweep).axes[0].texts}
+    assert {"adam", "sgd"} <= labels
+
+    class NumericChoice:  # what _scaled asks of a sweep: hidden = tune.choice([16, 64, 256])
+        def choices(self, param: str) -> list[int] | None:
+            return [16, 64, 256]
+
+        def is_log_scale(self, param: str) -> bool:
+            return False
+
+    # One evenly spaced tick per choice, labelled with it (not a linear scale's 96 or 24), and
+    # each trial's value on its choice's tick however MLflow returned it.
+    ys, ticks, names = plots._scaled(NumericChoice(), "hidden", pd.Series([64.0, 16, "256"]))  # type: ignore[arg-type]
+    assert names == ["16", "64", "256"] and ticks == [0.0, 0.5, 1.0] and list(ys) == [0.5, 0.0, 1.0]

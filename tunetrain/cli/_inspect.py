@@ -133,19 +133,40 @@ def ui_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "ui",
         help="start the MLflow UI on the store",
-        description="Start the MLflow UI on 127.0.0.1 for the configured tracking store; Ctrl+C stops it.",
+        description="Start the MLflow UI on 127.0.0.1 for the configured tracking store and print the link to a "
+        "sweep's trials (the newest, or SWEEP), sorted by its objective, best first; Ctrl+C stops it.",
     )
+    parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
     parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
     parser.set_defaults(command=ui_command)
+
+
+def _sweep_page(sweep: str | None, uri: str) -> tuple[str, str]:
+    """The UI's path to the sweep's trials and what it shows; the home page ("") for a store
+    with no sweep yet (a named sweep that is not there is bad input)."""
+    from tunetrain.errors import ExperimentError
+    from tunetrain.results.analysis import load_sweep
+    from tunetrain.tracking.ui import sweep_page
+
+    try:
+        found = load_sweep(sweep, tracking_uri=uri)
+    except ExperimentError:
+        if sweep is not None:
+            raise
+        return "", ""
+    page = sweep_page(found.parent.experiment_id, found.run_id, metric=found.metric, mode=found.mode)
+    best = "lowest" if found.mode == "min" else "highest"
+    return page, f" (sweep {found.name}'s trials, {best} {found.metric} first)"
 
 
 def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import tracking
 
     uri = _tracking_uri(args)
+    page, said = _sweep_page(args.sweep, uri)
     if uri.startswith(("http://", "https://")):
-        print(f"The store is a tracking server already: open {uri}", file=stream)
+        print(f"The store is a tracking server already: open {uri.rstrip('/')}{page}{said}", file=stream)
         return EXIT_OK
     import os
     import signal
@@ -159,7 +180,11 @@ def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     try:
         server, url = tracking.start_ui_server(uri, port=args.port)
         try:
-            print(f"MLflow UI for {uri}: {url}  (Ctrl+C or kill {os.getpid()} stops it)", file=stream, flush=True)
+            print(
+                f"MLflow UI for {uri}: {url}{page}{said}  (Ctrl+C or kill {os.getpid()} stops it)",
+                file=stream,
+                flush=True,
+            )
             server.wait()
         except KeyboardInterrupt:
             pass

@@ -106,6 +106,19 @@ class Sweep:
         """Whether the space drew ``param`` on a log scale (``tune.loguniform`` and kin)."""
         return "log" in self.space.get(param, "")
 
+    def choices(self, param: str) -> list[Any] | None:
+        """The values a categorical dimension (``tune.choice``, ``tune.grid_search``) offered,
+        in the space's order, as the sweep recorded them; None for any other dimension."""
+        recorded = self.space.get(param, "")
+        for kind in ("choice(", "grid_search("):
+            if recorded.startswith(kind) and recorded.endswith(")"):
+                try:
+                    values = ast.literal_eval(recorded[len(kind) : -1])
+                except (ValueError, SyntaxError):  # choices that are not literals: shown as found
+                    return None
+                return list(values) if isinstance(values, list | tuple) else None
+        return None
+
     @property
     def params(self) -> list[str]:
         """The config keys that vary between trials (searched dimensions), in the space's order."""

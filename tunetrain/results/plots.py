@@ -106,8 +106,23 @@ def _mappable(norm: Normalize, cmap: Any = None) -> Any:
     return ScalarMappable(norm=norm, cmap=cmap or colormaps["viridis"])
 
 
+def _choice_key(value: Any) -> Any:
+    """A choice as found in a trial's config (64, 64.0 or "64" alike) or in the space."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _scaled(sweep: Sweep, param: str, values: pd.Series) -> tuple[np.ndarray, list[float], list[str]]:
-    """Values of one parameter on a 0..1 axis, with tick positions and labels."""
+    """Values of one parameter on a 0..1 axis, with tick positions and labels. A categorical
+    dimension (``tune.choice``, numbers too) gets one evenly spaced tick per choice, in the
+    space's order: a linear scale would put ticks at values that are no choice."""
+    choices = sweep.choices(param)
+    if choices is not None:
+        spot = {_choice_key(c): i / max(1, len(choices) - 1) for i, c in enumerate(choices)}
+        ys = np.array([spot.get(_choice_key(v), np.nan) for v in values])
+        return ys, [spot[_choice_key(c)] for c in choices], [str(c) for c in choices]
     if _numeric(values):
         x = values.astype(float).to_numpy()
         log = sweep.is_log_scale(param) and np.nanmin(x) > 0

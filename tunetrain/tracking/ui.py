@@ -20,6 +20,24 @@ def ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {redact(tracking_uri)}"
 
 
+def sweep_page(experiment_id: str, parent_run_id: str, *, metric: str, mode: str) -> str:
+    """The MLflow UI's path (after the server's address) to one sweep's trials: its
+    experiment's runs page filtered to the sweep's child runs (``mlflow.parentRunId``), sorted
+    by the objective, best first. MLflow 3's runs page keeps its search, sort and order in
+    these URL parameters (``searchFilter``, ``orderByKey``, ``orderByAsc``)."""
+    import urllib.parse
+
+    query = urllib.parse.urlencode(
+        {
+            "searchFilter": f"tags.mlflow.parentRunId = '{parent_run_id}'",
+            "orderByKey": f"metrics.`{metric}`",
+            "orderByAsc": "true" if mode == "min" else "false",
+        },
+        quote_via=urllib.parse.quote,
+    )
+    return f"/#/experiments/{experiment_id}/runs?{query}"
+
+
 def start_ui_server(
     tracking_uri: str,
     *,
