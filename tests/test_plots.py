@@ -100,3 +100,10 @@ def test_parallel_coordinates_draw_a_choice_as_a_categorical_axis(analysed_sweep
     # each trial's value on its choice's tick however MLflow returned it.
     ys, ticks, names = plots._scaled(NumericChoice(), "hidden", pd.Series([64.0, 16, "256"]))  # type: ignore[arg-type]
     assert names == ["16", "64", "256"] and ticks == [0.0, 0.5, 1.0] and list(ys) == [0.5, 0.0, 1.0]
+
+    class TextChoice(NumericChoice):  # tune.grid_search(["ok", "nan"]): "nan" is a name here
+        def choices(self, param: str) -> list[int] | None:
+            return ["ok", "nan"]  # type: ignore[list-item]
+
+    ys, ticks, names = plots._scaled(TextChoice(), "kind", pd.Series(["nan", "ok"]))  # type: ignore[arg-type]
+    assert names == ["ok", "nan"] and list(ys) == [1.0, 0.0]

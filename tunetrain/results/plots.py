@@ -107,11 +107,13 @@ def _mappable(norm: Normalize, cmap: Any = None) -> Any:
 
 
 def _choice_key(value: Any) -> Any:
-    """A choice as found in a trial's config (64, 64.0 or "64" alike) or in the space."""
+    """A choice as found in a trial's config (64, 64.0 or "64" alike) or in the space; a
+    choice that reads as NaN or infinite ("nan") stays text (NaN equals nothing, as a key)."""
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return str(value)
+    return number if math.isfinite(number) and not isinstance(value, bool) else str(value)
 
 
 def _scaled(sweep: Sweep, param: str, values: pd.Series) -> tuple[np.ndarray, list[float], list[str]]:
