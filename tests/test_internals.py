@@ -414,3 +414,10 @@ def test_local_ray_address_reads_the_address_ray_start_leaves_in_rays_temporary_
     (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6390\n")  # what `ray start --head` writes
     after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert after.stdout.strip() == "127.0.0.1:6390"
+
+
+def test_running_ray_instances_finds_the_gcs_of_the_ray_this_process_started(ray_up: None) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    assert address in _internals.running_ray_instances()

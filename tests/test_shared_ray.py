@@ -90,6 +90,7 @@ def test_two_sweeps_at_once_from_two_processes_share_the_machines_one_ray(tmp_pa
     logs = set()
     for folder, out in zip(folders, outputs, strict=True):
         assert f"Ray: {shared_ray} (the Ray running on this machine, joined" in out, out
+        assert "warning: another Ray runs on this machine" not in out, out
         logs.add(re.search(r"^Ray logs: (\S+)", out, re.MULTILINE).group(1))  # type: ignore[union-attr]
         assert "3 trials (3 completed)" in out, out
         client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
@@ -110,3 +111,16 @@ def test_up_refuses_bad_flags_before_starting_anything(capsys: pytest.CaptureFix
     assert "--num-cpus is how many the shared Ray offers its sweeps, 0 or more, but got -1." in capsys.readouterr().err
     assert main(["up", "--port", "70000"]) == 2
     assert "--port must be a TCP port, from 1 to 65535, but got 70000." in capsys.readouterr().err
+
+
+def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tunetrain.sweeps import cluster
+
+    monkeypatch.setattr(cluster, "other_rays", lambda: ["10.0.0.9:6379"])  # another sweep's embedded Ray
+    status = main(["sweep", str(write_experiment(workdir, SIDE_BY_SIDE)), "--dry-run"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "tunetrain: warning: another Ray runs on this machine (10.0.0.9:6379; another sweep's embedded Ray?)" in out
+    assert "start it with `tunetrain up` before the sweeps" in out

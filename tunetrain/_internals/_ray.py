@@ -43,6 +43,20 @@ def local_ray_address() -> str | None:
     return str(address).strip() or None if address else None
 
 
+def running_ray_instances() -> set[str]:
+    """The GCS addresses of every Ray running on this machine, embedded ones too (their
+    ``gcs_server`` processes, found by their command lines).
+
+    Ray 2.60: ``ray._private.services.find_gcs_addresses()``, which caches a non-empty answer
+    (cleared first, so a Ray stopped since is not reported). Without it a sweep could not warn
+    that it starts a second Ray beside another sweep's.
+    """
+    from ray._private import services
+
+    services.find_gcs_addresses.cache_clear()  # type: ignore[attr-defined]  # Ray sets it on the function
+    return set(services.find_gcs_addresses())
+
+
 def enable_ray_token_auth() -> bool:
     """Turn Ray's token authentication on in this running process; False when this Ray has
     no such function (the caller then sets ``RAY_AUTH_MODE=token`` for child processes).

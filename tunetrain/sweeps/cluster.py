@@ -65,6 +65,14 @@ def running_local_ray() -> str | None:
     return address
 
 
+def other_rays() -> list[str]:
+    """The Rays already running on this machine that a sweep starting an embedded Ray would
+    run beside (another process's embedded Ray); none when this process has one already."""
+    if ray.is_initialized():
+        return []
+    return sorted(_internals.running_ray_instances())
+
+
 def unreachable(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """Why nothing accepts connections at the address's HOST:PORT (``ray://HOST:PORT`` too);
     None when something does, or when the address names no port (``auto``: Ray finds it)."""

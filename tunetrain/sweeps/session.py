@@ -52,6 +52,7 @@ def execute(
     where = _where(
         experiment, tracking_uri=tracking_uri, storage=storage, address=address, dry_run=dry_run, recorder=recorder
     )
+    _warn_beside_other_rays(where, stream)
     warm = None
     if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
         from tunetrain.sweeps.warm import read_warm_start
@@ -111,6 +112,20 @@ def execute(
     )
     outcome = _run(plan, where, resume=resume, recorder=recorder, view=view, stream=stream)
     return _result(plan, outcome, report=report, register=register, alias=alias, stream=stream)
+
+
+def _warn_beside_other_rays(where: _Where, stream: TextIO) -> None:
+    """An embedded Ray about to start beside another one (another sweep's): said, with the fix."""
+    from tunetrain.sweeps import cluster
+
+    if where.address is None and (others := cluster.other_rays()):
+        print(
+            f"tunetrain: warning: another Ray runs on this machine ({', '.join(others)}; another sweep's embedded "
+            "Ray?), and this sweep starts one of its own beside it: each counts the machine's CPUs as its own. "
+            "To share one, start it with `tunetrain up` before the sweeps (docs/cluster.md).",
+            file=stream,
+            flush=True,
+        )
 
 
 def _run(
