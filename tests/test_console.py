@@ -160,6 +160,6 @@ def test_a_sweep_on_a_terminal_shows_a_progress_bar_with_its_eta(tmp_path: Path)
     assert process.wait(timeout=60) == 0
     out = b"".join(chunks).decode(errors="replace")
     # tqdm's bar, rewritten in place: trials ended, elapsed<ETA, the states and the best.
-    bars = re.findall(r"(\d)/4 trials ended \|[^|]*\| \[(\d\d:\d\d)<([0-9:?]+)\] ([^\r\n]*)", out)
+    bars = re.findall(r"(\d)/4 trials ended \|[^|]*\| \[(\d\d:\d\d)<([0-9:?]+)\], ([^\r\n]*)", out)
     assert bars and bars[-1][0] == "4" and "4 completed | best loss=" in bars[-1][3], out
     assert "\r" in out and " trials: " not in out  # no log lines on a terminal

@@ -68,7 +68,8 @@ class TerminalBar:
             # terminal nobody sized) gets 100 x 24: tqdm hides a bar below a screen of 0 rows.
             **({"dynamic_ncols": True} if _columns(stream) > 0 else {"ncols": 100, "nrows": 24}),
             mininterval=0.0,  # the live view throttles
-            bar_format="{n_fmt}/{total_fmt} trials ended |{bar:20}| [{elapsed}<{remaining}] {postfix}",
+            # tqdm puts ", " before a postfix it is given.
+            bar_format="{n_fmt}/{total_fmt} trials ended |{bar:20}| [{elapsed}<{remaining}]{postfix}",
         )
 
     def show(self, ended: int, states: str) -> None:
