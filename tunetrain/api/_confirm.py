@@ -147,7 +147,7 @@ def _hand_off(original: Any, table: Any, exp: Experiment, *, alias: str, confirm
 
 def _move_alias(original: Any, trial: str, exp: Experiment, *, alias: str, confirmed_by: str) -> str:
     from tunetrain.sweeps.handoff import register
-    from tunetrain.tracking.registry import RegisteredVersion, move_to_confirmed, version_of_run
+    from tunetrain.tracking.registry import move_to_confirmed, version_of_run
 
     tracking_uri = original.store.tracking_uri
     run_id = str(original.trials().set_index("trial").loc[trial, "run_id"])
@@ -155,8 +155,8 @@ def _move_alias(original: Any, trial: str, exp: Experiment, *, alias: str, confi
         version = version_of_run(tracking_uri, run_id)
         if version is None:
             registered = register(original.run_id, trial=trial, tracking_uri=tracking_uri, experiment=exp)
-            version = RegisteredVersion(registered.name, registered.version, registered.model_uri, registered.kind)
-            return registered.line() + "\n" + move_to_confirmed(tracking_uri, version, alias, confirmed_by=confirmed_by)
+            moved = move_to_confirmed(tracking_uri, registered.registered_version, alias, confirmed_by=confirmed_by)
+            return registered.line() + "\n" + moved
         return move_to_confirmed(tracking_uri, version, alias, confirmed_by=confirmed_by)
     except ExperimentError as exc:
         return f"@{alias} not moved: {exc.message}"

@@ -73,6 +73,12 @@ def other_rays() -> list[str]:
     return sorted(_internals.running_ray_instances())
 
 
+def check_port(flag: str, value: int, *, fix: str) -> None:
+    """A TCP port a flag gave (``tunetrain up``'s, ``tunetrain serve``'s), refused before anything starts."""
+    if not 1 <= value <= 65535:
+        raise ExperimentError(f"{flag} must be a TCP port, from 1 to 65535, but got {value}.", fix=fix)
+
+
 def unreachable(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """Why nothing accepts connections at the address's HOST:PORT (``ray://HOST:PORT`` too);
     None when something does, or when the address names no port (``auto``: Ray finds it)."""
@@ -213,20 +219,15 @@ def _keep_sigterm_handler(before: Any) -> None:
     CLI's, or a user's) is put back; where none was set (the default), Ray's stays."""
     import signal
 
+    from tunetrain.sweeps import live
+
     if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
         signal.signal(signal.SIGTERM, before)
-    elif before == signal.SIG_DFL and _in_kernel():
+    elif before == signal.SIG_DFL and live.in_kernel():
         # A Jupyter kernel (no handler of its own): at shutdown, Jupyter sends SIGTERM to a
         # kernel still busy after its shutdown request, and Ray's C++ handler printed a stack
         # dump. A clean exit instead: Python's exit handlers (Ray's shutdown among them).
         signal.signal(signal.SIGTERM, _exit_cleanly)
-
-
-def _in_kernel() -> bool:
-    import sys
-
-    shell = sys.modules["IPython"].get_ipython() if "ipykernel" in sys.modules and "IPython" in sys.modules else None
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:

@@ -90,15 +90,9 @@ class LiveView:
         self._print_if_changed(self.line(trials), now)
 
     def _show(self, trials: list[TrialRecord], now: float) -> None:
-        from tunetrain.sweeps.live import ENDED, NotebookDisplay
-
         if self._face is None and self._make_face is not None:
             self._face = self._make_face()
-        ended = sum(t.status in ENDED for t in trials)
-        if isinstance(self._face, NotebookDisplay):
-            self._face.show(trials, self.states(trials))
-        else:
-            self._face.show(ended, self.states(trials))
+        self._face.show(trials, self.states(trials))
         self._held, self._last_time, self._last_line = None, now, self.line(trials)
 
     def _print_if_changed(self, line: str, now: float) -> None:
@@ -112,7 +106,7 @@ class LiveView:
         if self._make_face is not None:
             if self._held is not None:  # the final state always shows
                 self._show(self._held, time.monotonic())
-            if self._face is not None and hasattr(self._face, "close"):
+            if self._face is not None:
                 self._face.close()
             return
         if self._held is not None:  # the final state always shows

@@ -29,6 +29,11 @@ class Registered:
     value: float | None = None
     alias: str = ""  # what happened to the alias, when one was asked: "models:/NAME@ALIAS -> version N"
 
+    @property
+    def registered_version(self) -> RegisteredVersion:
+        """The version as the registry's functions take it (set_alias, promote_if_better, ...)."""
+        return RegisteredVersion(self.name, self.version, self.model_uri, self.kind)
+
     def line(self) -> str:
         what = "as an mlflow.pytorch model" if self.kind == "pytorch" else "as its checkpoint folder (no export_model)"
         return f"Registered {self.model_uri} from {self.trial}'s checkpoint {os.path.basename(self.checkpoint)} {what}"
@@ -156,7 +161,7 @@ def register_at_end(
         if alias and registered.value is not None:
             said = promote_if_better(
                 tracking_uri,
-                RegisteredVersion(registered.name, registered.version, registered.model_uri, registered.kind),
+                registered.registered_version,
                 alias,
                 metric=registered.metric,
                 mode=registered.mode,

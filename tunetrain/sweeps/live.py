@@ -11,21 +11,20 @@ import sys
 import time
 from typing import Any, TextIO
 
-from tunetrain.records import TrialRecord, rank_trials
+from tunetrain.records import ENDED, TrialRecord, rank_trials
 
-ENDED = frozenset({"completed", "stopped_early", "diverged", "oom", "failed", "interrupted"})
+
+def in_kernel() -> bool:
+    """This process is a Jupyter kernel (ipykernel's IPython shell)."""
+    if "ipykernel" not in sys.modules or "IPython" not in sys.modules:
+        return False
+    shell = sys.modules["IPython"].get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def in_notebook(stream: TextIO) -> bool:
     """The stream is a Jupyter kernel's stdout (ipykernel's, which a notebook cell shows)."""
-    if "ipykernel" not in sys.modules or stream is not sys.stdout:
-        return False
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    return stream is sys.stdout and in_kernel()
 
 
 def _clock(seconds: float) -> str:
@@ -55,7 +54,7 @@ def _columns(stream: TextIO) -> int:
 
 class TerminalBar:
     """tqdm's bar: trials ended of the total, elapsed and ETA (tqdm's own rate), then the
-    states and the best so far."""
+    states and the best so far. (Both faces: ``show(trials, states)``, ``close()``.)"""
 
     def __init__(self, *, total: int, stream: TextIO) -> None:
         from tqdm import tqdm
@@ -72,7 +71,8 @@ class TerminalBar:
             bar_format="{n_fmt}/{total_fmt} trials ended |{bar:20}| [{elapsed}<{remaining}]{postfix}",
         )
 
-    def show(self, ended: int, states: str) -> None:
+    def show(self, trials: list[TrialRecord], states: str) -> None:
+        ended = sum(t.status in ENDED for t in trials)
         self._bar.set_postfix_str(states, refresh=False)
         if ended > self._bar.n:
             self._bar.update(ended - self._bar.n)  # refreshes (tqdm's rate follows the updates)
@@ -96,6 +96,9 @@ class NotebookDisplay:
 
     def show(self, trials: list[TrialRecord], states: str) -> None:
         self._handle.update(self._bundle(trials, states), raw=True)
+
+    def close(self) -> None:
+        """Nothing to do: the display's last update stays in the cell."""
 
     def _bundle(self, trials: list[TrialRecord], states: str) -> dict[str, str]:
         ended = sum(t.status in ENDED for t in trials)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from tunetrain.errors import ExperimentError
+from tunetrain.sweeps.cluster import check_port
 
 APP_NAME = "tunetrain"
 
@@ -58,8 +59,7 @@ def check_serving(*, replicas: int, num_cpus: float, port: int) -> None:
         raise ExperimentError(
             f"--num-cpus is each replica's CPUs, more than 0, but got {num_cpus!r}.", fix="Pass --num-cpus 1 (or 0.5)."
         )
-    if not 1 <= port <= 65535:
-        raise ExperimentError(f"--port must be a TCP port, from 1 to 65535, but got {port}.", fix="Pass --port 8000.")
+    check_port("--port", port, fix="Pass --port 8000.")
 
 
 def serve_model(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tunetrain.errors import ExperimentError
-from tunetrain.sweeps.cluster import running_local_ray
+from tunetrain.sweeps.cluster import check_port, running_local_ray
 
 DEFAULT_PORT = 6379  # Ray's own default GCS port
 
@@ -35,10 +35,8 @@ def up(
     _check_count("--num-cpus", num_cpus)
     _check_count("--num-gpus", num_gpus)
     for flag, value in (("--port", port), ("--dashboard-port", dashboard_port)):
-        if value is not None and not 1 <= value <= 65535:
-            raise ExperimentError(
-                f"{flag} must be a TCP port, from 1 to 65535, but got {value}.", fix=f"Pass {flag} 1024..65535."
-            )
+        if value is not None:
+            check_port(flag, value, fix=f"Pass {flag} 1024..65535.")
     if (running := running_local_ray()) is not None:
         print(f"A Ray is already running on this machine at {running}; sweeps join it.", file=stream, flush=True)
         return running
