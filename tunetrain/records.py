@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +13,29 @@ from tunetrain.storage import Storage
 
 TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted"]
 ENDED = ("completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float when it is a number of any numeric type: Python's (``True`` is
+    1.0), NumPy's scalars and 0-d arrays, a 0-d torch tensor (anything 0-d with ``item()``);
+    None when it is not a number (a string, None, a list, a tensor of several values).
+
+    Written here rather than left to MLflow or Tune: MLflow's ``Metric`` takes any object and
+    fails the whole batch later, and Tune passes the value on as it came, so one rule, applied
+    where a report is first seen, decides what is a number for the whole record."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        item = value.item()  # NumPy's bool_ and 0-d arrays, torch's 0-d tensors
+        return float(item) if isinstance(item, numbers.Real) else None
+    return None
+
+
+def type_name(value: Any) -> str:
+    """The type of a refused value, as a user would write it (``numpy.ndarray``, ``str``)."""
+    kind = type(value)
+    module = kind.__module__.split(".")[0]
+    return kind.__name__ if module == "builtins" else f"{module}.{kind.__name__}"
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from tunetrain import _internals, tracking
 from tunetrain import space as spaces
 from tunetrain.experiment import Experiment
-from tunetrain.records import TrialRecord, TrialStatus
+from tunetrain.records import TrialRecord, TrialStatus, as_number, type_name
 from tunetrain.sweeps.cost.budget import Budget, BudgetGate
 
 # Keys Tune adds to every result; everything else in a result is the user's metric.
@@ -29,13 +29,27 @@ _BOOKKEEPING = set(AUTO_RESULT_KEYS) | {
 }
 
 
+# tunetrain's own keys in a result (a trial's nodes, restarts, out-of-memory record).
+_OWN_PREFIX = "tunetrain."
+
+
+def reported_values(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every value a train loop reported, without Tune's bookkeeping keys and tunetrain's
+    own; a nested dict's values under ``outer/inner``, as Tune names them."""
+    values: dict[str, Any] = {}
+    for key, value in result.items():
+        if not prefix and (key in _BOOKKEEPING or str(key).startswith(_OWN_PREFIX)):
+            continue
+        if isinstance(value, Mapping) and value:
+            values.update(reported_values(value, f"{prefix}{key}/"))
+        else:
+            values[f"{prefix}{key}"] = value
+    return values
+
+
 def user_metrics(result: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric metrics a train loop reported, without Tune's bookkeeping keys."""
-    return {
-        key: float(value)
-        for key, value in result.items()
-        if key not in _BOOKKEEPING and isinstance(value, int | float) and not isinstance(value, bool)
-    }
+    """The metrics a train loop reported that are numbers (of any numeric type), as floats."""
+    return {key: number for key, value in reported_values(result).items() if (number := as_number(value)) is not None}
 
 
 def budget_gate(experiment: Experiment, budget: Budget | None) -> BudgetGate | None:
@@ -70,7 +84,7 @@ class SweepStopper(tune.Stopper):
         missing = [metric for metric in self.metrics if metric not in result]
         if missing:
             if self.bad_input is None:
-                reported = sorted(user_metrics(result)) or ["(none)"]
+                reported = sorted(reported_values(result)) or ["(none)"]
                 self.refuse(
                     f"The experiment's metric {missing[0]!r} was never reported; the train loop "
                     f"reported: {', '.join(reported)}.",
@@ -78,11 +92,11 @@ class SweepStopper(tune.Stopper):
                     "or change Experiment.metric.",
                 )
             return True
-        self.recordable(result)  # checks the names it has not seen
-        if not self.refused_keys.isdisjoint(result):
+        self.recordable(result)  # checks the names and values it has not seen
+        if self.refused_keys and not self.refused_keys.isdisjoint(reported_values(result)):
             return True
-        values = [result[metric] for metric in self.metrics]
-        if any(isinstance(value, int | float) and not math.isfinite(value) for value in values):
+        values = [as_number(result[metric]) for metric in self.metrics]
+        if any(value is not None and not math.isfinite(value) for value in values):
             self.diverged.add(trial_id)
             return True
         if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
@@ -94,21 +108,36 @@ class SweepStopper(tune.Stopper):
         stops the whole sweep as bad input at the first report that brings it: every later
         report and trial would bring it too, and the record would silently lack it. The
         other metrics of that report are still recorded."""
-        metrics = user_metrics(result)
-        for key in metrics.keys() - self._keys_checked:
+        values = reported_values(result)
+        for key in values.keys() - self._keys_checked:
             self._keys_checked.add(key)
-            problem = tracking.metric_key_problem(key)
-            if problem is None:
-                continue
-            self.refused_keys.add(key)
-            self.refuse(
-                f"The train loop{' of ' + trial if trial else ''} reported the metric {key!r}, whose name "
-                f"the MLflow store refuses: {problem}",
-                fix=f"Rename it in ray.train.report (for example {tracking.suggested_metric_key(key)!r}).",
-            )
+            self._check(key, values[key], trial)
+        metrics = user_metrics(result)
         if not self.refused_keys:
             return metrics
         return {key: value for key, value in metrics.items() if key not in self.refused_keys}
+
+    def _check(self, key: str, value: Any, trial: str) -> None:
+        """Refuse (stop the sweep as bad input) a metric whose name the store refuses, or
+        whose value is not a number: never recorded, so never dropped without a word."""
+        loop = f"The train loop{' of ' + trial if trial else ''}"
+        if as_number(value) is None:
+            self.refused_keys.add(key)
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            self.refuse(
+                f"{loop} reported the metric {key!r} as {shown} of type {type_name(value)}, which is not a "
+                "number: metrics are numbers (MLflow records floats).",
+                fix=f"Report a number for {key!r} (e.g. float(value); a tensor: value.item()), or leave text "
+                "out of ray.train.report (put it in the checkpoint's folder).",
+            )
+            return
+        problem = tracking.metric_key_problem(key)
+        if problem is not None:
+            self.refused_keys.add(key)
+            self.refuse(
+                f"{loop} reported the metric {key!r}, whose name the MLflow store refuses: {problem}",
+                fix=f"Rename it in ray.train.report (for example {tracking.suggested_metric_key(key)!r}).",
+            )
 
     def refuse(self, message: str, *, fix: str) -> None:
         """Stop the whole sweep as bad input (exit 2): ``message`` says why, ``fix`` how to fix it."""

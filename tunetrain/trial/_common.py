@@ -18,6 +18,7 @@ from ray import tune
 
 from tunetrain import _internals
 from tunetrain.context import TrialContext, _set_context
+from tunetrain.records import as_number
 from tunetrain.seeding import derive_seed, seed_everything
 from tunetrain.storage import Storage
 
@@ -166,14 +167,30 @@ def worst_for_diverged(metrics: dict[str, Any], objectives: tuple[tuple[str, str
     both see the worst value. The sweep records the value the loop reported.
     """
     diverged = {
-        metric: float(metrics[metric])
+        metric: value
         for metric, _ in objectives
-        if isinstance(metrics.get(metric), int | float) and not math.isfinite(metrics[metric])
+        if (value := as_number(metrics.get(metric))) is not None and not math.isfinite(value)
     }
     if not diverged:
         return metrics
     worst = {metric: value for metric, value in worst_values(objectives).items() if metric in diverged}
     return {**metrics, **worst, DIVERGED_KEY: diverged}
+
+
+def numbers_as_floats(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A report with every number of another numeric type (NumPy's, a 0-d tensor) as a
+    Python float, nested dicts too; other values stay as they are (the sweep refuses them,
+    naming the key). Applied before Ray sees the report: Ray Train refuses a tensor, and the
+    scheduler, the searcher and the record all get the same float."""
+    plain: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, Mapping):
+            plain[key] = numbers_as_floats(value)
+        elif isinstance(value, int | float) or (number := as_number(value)) is None:
+            plain[key] = value  # Python's numbers as they are (an int stays an int for Tune)
+        else:
+            plain[key] = number
+    return plain
 
 
 def worst_values(objectives: tuple[tuple[str, str], ...]) -> dict[str, float]:
@@ -192,14 +209,18 @@ def make_deterministic() -> None:
     torch.backends.cudnn.deterministic = True
 
 
-class _StartFrom:
-    """A Train worker's utilities, except that ``get_checkpoint()`` gives ``checkpoint`` until
-    the run has a checkpoint of its own: how a new Train run starts from the Tune checkpoint
-    a trial was restored from (Train V2 dropped ``resume_from_checkpoint``)."""
+class _WorkerUtils:
+    """A Train worker's utilities, except that ``report`` passes numbers of any numeric type
+    on as floats (:func:`numbers_as_floats`), and ``get_checkpoint()`` gives ``checkpoint``
+    until the run has a checkpoint of its own: how a new Train run starts from the Tune
+    checkpoint a trial was restored from (Train V2 dropped ``resume_from_checkpoint``)."""
 
     def __init__(self, inner: Any, checkpoint: Any) -> None:
         self._inner = inner
         self._checkpoint = checkpoint
+
+    def report(self, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return self._inner.report(numbers_as_floats(metrics), *args, **kwargs)
 
     def get_checkpoint(self) -> Any:
         return self._inner.get_checkpoint() or self._checkpoint
@@ -223,8 +244,7 @@ def worker_main(
     def train_loop_per_worker(config: dict[str, Any]) -> Any:
         if deterministic:
             make_deterministic()
-        if start_checkpoint is not None:
-            _internals.set_train_fn_utils(_StartFrom(_internals.get_train_fn_utils(), start_checkpoint))
+        _internals.set_train_fn_utils(_WorkerUtils(_internals.get_train_fn_utils(), start_checkpoint))
         context = ray.train.get_context()
         rank = context.get_world_rank()
         if mailbox is not None:  # where this rank runs, for the trial's record

@@ -9,7 +9,15 @@ import ray.train
 from ray import tune
 
 from tunetrain import _internals
-from tunetrain.trial._common import NODES_KEY, TrialSpec, this_node, trial_index, worker_main, worst_for_diverged
+from tunetrain.trial._common import (
+    NODES_KEY,
+    TrialSpec,
+    numbers_as_floats,
+    this_node,
+    trial_index,
+    worker_main,
+    worst_for_diverged,
+)
 
 _LocalTrainFnUtils: Any = _internals.train_fn_utils_base()
 
@@ -39,7 +47,7 @@ class _TuneBridge(_LocalTrainFnUtils):
     def report(self, metrics: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
         # The Tune session persists the checkpoint into the trial's storage before it returns,
         # so the train loop may delete its temporary folder right after, as with Train.
-        metrics = worst_for_diverged(dict(metrics), self._objectives)
+        metrics = worst_for_diverged(numbers_as_floats(metrics), self._objectives)
         if self._first:
             metrics[NODES_KEY], self._first = [this_node()], False
         self._session.report(metrics, checkpoint=checkpoint)
