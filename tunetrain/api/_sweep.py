@@ -108,15 +108,15 @@ def sweep(
         name=name,
         budget=budget,
         report=report,
+        register=register,
+        alias=alias,
+        ask_above=_ask_above(ask_above, confirm_above),
+        yes=yes,
         command=tuple(command) if command is not None else None,
     )
     return run_request(
         request,
-        ask_above=_ask_above(ask_above, confirm_above),
         ask_flag="--confirm-above" if confirm_above is not None else "--ask-above",
-        yes=yes,
-        register=register,
-        alias=alias,
         resume=resume,
         dry_run=dry_run,
         require_estimate=require_estimate,
@@ -139,11 +139,7 @@ def _ask_above(ask_above: str | None, confirm_above: str | None) -> str | None:
 def run_request(
     request: SweepRequest,
     *,
-    ask_above: str | None = None,
     ask_flag: str = "--ask-above",
-    yes: bool = False,
-    register: bool = True,
-    alias: str | None = CHAMPION_ALIAS,
     resume: bool = False,
     dry_run: bool = False,
     require_estimate: bool = False,
@@ -151,7 +147,8 @@ def run_request(
     stream: TextIO | None = None,
 ) -> SweepResult:
     """Run the sweep ``request`` asks for (what :func:`sweep` and ``tunetrain sweep`` do once
-    they have built it); the keywords are :func:`sweep`'s."""
+    they have built it; :func:`resume` once it has rebuilt it from the journal, with every
+    choice the sweep started with); the keywords are :func:`sweep`'s."""
     from tunetrain.sweeps import resumable as resuming
     from tunetrain.sweeps.cost.budget import parse_budget
 
@@ -160,8 +157,8 @@ def run_request(
         pinned = config_of(request.config_from, tracking_uri=request.tracking_text)
         request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
     exp = request.resolve()
-    if ask_above is not None:  # refused now, a dry run too
-        parse_budget(ask_above, flag=ask_flag)
+    if request.ask_above is not None:  # refused now, a dry run too
+        parse_budget(request.ask_above, flag=ask_flag)
     saved = request.saved(exp)
     resumable = None
     name = request.name
@@ -199,11 +196,11 @@ def run_request(
         request=saved,
         dry_run=dry_run or require_estimate,
         require_estimate=require_estimate,
-        ask_above=ask_above,
+        ask_above=request.ask_above,
         ask_flag=ask_flag,
-        yes=yes,
-        register=register,
-        alias=alias,
+        yes=request.yes,
+        register=request.register,
+        alias=request.alias,
         report=request.report,
         recorder=recorder,
         stream=out,

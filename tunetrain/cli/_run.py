@@ -178,7 +178,6 @@ def _workers(text: str) -> int | tuple[int, int]:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
-    from tunetrain.tracking.registry import CHAMPION_ALIAS
 
     request = _request(args)
     if args.smoke:
@@ -192,11 +191,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
         )
     result = api.run_request(
         request,
-        ask_above=args.ask_above if args.ask_above is not None else args.confirm_above,
         ask_flag="--confirm-above" if args.confirm_above is not None else "--ask-above",
-        yes=args.yes,
-        register=not args.no_register,
-        alias=CHAMPION_ALIAS if args.alias is None else (args.alias or None),
         resume=args.resume,
         dry_run=args.dry_run,
         require_estimate=args.estimate,
@@ -209,6 +204,7 @@ def _request(args: argparse.Namespace) -> SweepRequest:
     """The sweep the flags ask for; its errors name what the user typed (the flag, --set's text)."""
     from tunetrain.overrides import parse_assignment
     from tunetrain.sweeps.request import SWEEP_FIELDS, SweepRequest
+    from tunetrain.tracking.registry import CHAMPION_ALIAS
 
     # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
     return SweepRequest(
@@ -222,8 +218,12 @@ def _request(args: argparse.Namespace) -> SweepRequest:
         name=args.name,
         budget=args.budget,
         report=not args.no_report,
+        register=not args.no_register,
+        alias=CHAMPION_ALIAS if args.alias is None else (args.alias or None),
+        ask_above=args.ask_above if args.ask_above is not None else args.confirm_above,
+        yes=args.yes,
         command=tuple(_command(args)),
-        typed={key.strip(): text.strip() for key, _, text in (t.partition("=") for t in args.overrides)},
+        typed={parse_assignment(t)[0]: t.partition("=")[2].strip() for t in args.overrides},
         said_as={field: "--" + field.replace("_", "-") for field in SWEEP_FIELDS},
     )
 

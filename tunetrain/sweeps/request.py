@@ -17,6 +17,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256, load_experiment
 from tunetrain.overrides import apply_overrides
 from tunetrain.redaction import strip_credentials
+from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -94,6 +95,10 @@ class SweepRequest:
     name: str | None = None  # the sweep's name; None: one made from the experiment's
     budget: str | None = None  # "30m", "5cpu-h": stop launching trials that would overrun it
     report: bool = True  # the HTML report at the end
+    register: bool = True  # the best trial to MLflow's Model Registry at the end
+    alias: str | None = CHAMPION_ALIAS  # the registered model's alias moved to a better version
+    ask_above: str | None = None  # ask before a sweep whose estimate exceeds it (--ask-above)
+    yes: bool = False  # the answer given in advance (--yes)
     command: tuple[str, ...] | None = None  # the command line (or the Python call) recorded
     # For messages, what the user typed: --set values as text, each field's flag or keyword.
     typed: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -140,6 +145,10 @@ class SweepRequest:
             "address": self.address,
             "budget": self.budget,
             "report": self.report,
+            "register": self.register,
+            "alias": self.alias,
+            "ask_above": self.ask_above,
+            "yes": self.yes,
         }
 
     @classmethod
@@ -172,6 +181,11 @@ class SweepRequest:
             name=name,
             budget=saved.get("budget"),
             report=bool(saved.get("report", True)),
+            # A journal of an older tunetrain did not save these: what it did then (the defaults).
+            register=bool(saved.get("register", True)),
+            alias=saved.get("alias", CHAMPION_ALIAS),
+            ask_above=saved.get("ask_above"),
+            yes=bool(saved.get("yes", False)),
             command=tuple(command) if command is not None else None,
         )
 
