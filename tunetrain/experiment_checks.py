@@ -10,7 +10,8 @@ from typing import Any
 
 from tunetrain.errors import ExperimentError
 from tunetrain.records import name_problem
-from tunetrain.space import baseline_point, bounds_problem, is_distribution, iter_leaves
+from tunetrain.space import baseline_point, bounds_problem, is_distribution, is_grid, iter_leaves
+from tunetrain.space import options as options_of
 
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
 SEARCHERS = ("auto", "optuna", "async_bohb", "hyperopt", "random", "grid")
@@ -136,7 +137,22 @@ def check_space(exp: Any) -> None:
                 fix=f"Wrap it, e.g. {key!r}: tune.choice([...]), or move it to defaults.",
             )
         if (problem := bounds_problem(value)) is not None:
-            raise ExperimentError(f"Search-space value {key!r}: {problem}.", fix="Give the lower bound first.")
+            if value.lower == value.upper:  # one value: a constant, not a range
+                fix = (
+                    f"Give a range whose lower bound is below its upper one, or fix {key!r} at {value.lower!r} "
+                    "in defaults."
+                )
+            else:
+                fix = f"Give the lower bound first: ({value.upper!r}, {value.lower!r})."
+            raise ExperimentError(f"Search-space value {key!r}: {problem}.", fix=fix)
+        if (options := options_of(value)) is not None and not options:
+            raise ExperimentError(
+                f"Search-space value {key!r} has nothing to choose from: {value!r}.",
+                fix=f"Give {key!r} at least one value (tune.choice([a, b]), tune.grid_search([a, b])), or remove it.",
+            )
+    _check_keys(exp.space, "space")
+    if isinstance(exp.defaults, Mapping):
+        _check_keys(exp.defaults, "defaults")
     if not isinstance(exp.baseline, bool | Mapping):
         raise ExperimentError(
             f"Experiment.baseline must be True, False or a dict of searched values, but got {exp.baseline!r}.",
@@ -163,6 +179,24 @@ def check_space(exp: Any) -> None:
                 f"Default {key!r} is a Ray Tune distribution ({value!r}); defaults are fixed values.",
                 fix=f"Move {key!r} into space=, or give it a fixed value.",
             )
+
+
+def _check_keys(mapping: Mapping[str, Any], field: str, prefix: str = "") -> None:
+    """Each key of the space or the defaults is one name: dots join nested keys everywhere
+    (MLflow's params, ``--set``, the config read back), so ``{"a.b": 1}`` would come back as
+    ``{"a": {"b": 1}}``; a key that is not a string, empty or padded with spaces cannot be
+    typed back."""
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if not isinstance(key, str) or "." in key or not key.strip() or key != key.strip():
+            nested = " (dots join nested keys: use {'a': {'b': ...}}, set as --set a.b=...)" if "." in str(key) else ""
+            raise ExperimentError(
+                f"Experiment.{field} key {path!r} must be a name: a non-empty string without dots and without "
+                f"spaces around it{nested}.",
+                fix="Rename it, e.g. 'lr' or 'optimizer_lr'.",
+            )
+        if isinstance(value, Mapping) and not is_grid(value):
+            _check_keys(value, field, path + ".")
 
 
 def check_datasets(exp: Any) -> None:

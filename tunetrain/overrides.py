@@ -30,19 +30,28 @@ def _set_dotted(mapping: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+# A space inside a key, in --set's words: `--set my\x20key=1` is the key 'my key', so that the
+# flags `tunetrain best --format set` prints stay one shell word each (as values do).
+_KEY_SPACE = "\\x20"
+
+
 def set_flags(config: Mapping[str, Any]) -> str:
-    """``--set key=value ...`` for every leaf of ``config``, each value one :func:`literal_word`."""
-    return " ".join(f"--set {key}={literal_word(value)}" for key, value in flatten(config).items())
+    """``--set key=value ...`` for every leaf of ``config``, each value one :func:`literal_word`
+    and each space in a key written ``\\x20``: one shell word per flag."""
+    return " ".join(
+        f"--set {key.replace(' ', _KEY_SPACE)}={literal_word(value)}" for key, value in flatten(config).items()
+    )
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
+    """``key=value`` (``--set``): the key with ``\\x20`` read as a space, the value a literal."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ExperimentError(
             f"--set takes key=value, but got {text!r}.",
             fix="Write e.g. --set train.max_steps=200 (nested keys joined with dots).",
         )
-    return key.strip(), parse_value(value.strip())
+    return key.strip().replace(_KEY_SPACE, " "), parse_value(value.strip())
 
 
 def apply_overrides(

@@ -38,6 +38,14 @@ def is_domain(value: Any) -> bool:
     return isinstance(value, Domain)
 
 
+def options(value: Any) -> list[Any] | None:
+    """The values a tune.choice or a grid search picks from; None for other values."""
+    if is_grid(value):
+        return list(value["grid_search"])
+    categories = getattr(value, "categories", None) if is_domain(value) else None
+    return list(categories) if categories is not None else None
+
+
 def bounds_problem(value: Any) -> str | None:
     """Why a numeric distribution's bounds are wrong (lower not below upper), or None: Ray Tune
     takes them at once (tune.loguniform(1e-1, 1e-4)) and the searcher fails after Ray started."""

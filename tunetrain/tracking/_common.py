@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -56,6 +57,21 @@ def metric_key_problem(key: str) -> str | None:
     from tunetrain import _internals
 
     return _internals.mlflow_metric_key_problem(key)
+
+
+def param_problem(key: str, value: Any) -> str | None:
+    """Why the store would refuse or cut a trial's param ``key`` = ``value``, or None: a name
+    MLflow refuses (its rule for params is the one for metrics) or a value longer than it
+    keeps (it would be cut, and read back wrong by ``best`` and ``--config-from``)."""
+    if (problem := metric_key_problem(key)) is not None:
+        return f"MLflow refuses {key!r} as a param name: {problem}"
+    length = len(str(value))
+    if length > _MAX_PARAM_LENGTH:
+        return (
+            f"its value is {length:,} characters long as MLflow records it, and MLflow keeps params of at most "
+            f"{_MAX_PARAM_LENGTH:,}"
+        )
+    return None
 
 
 def suggested_metric_key(key: str) -> str:

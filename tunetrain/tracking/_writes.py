@@ -275,7 +275,10 @@ class _StoreWrites:
                 best_trial, self._run_ids[best_trial], self.experiment_id, entry["best_metrics"], best_config
             )
         if best_config is not None:
-            all_tags[BEST_CONFIG_TAG] = json.dumps(best_config, default=str)
+            text = json.dumps(best_config, default=str)
+            # A tag over MLflow's limit would be cut into invalid JSON: the whole config is
+            # the artifact, and the tag says so instead.
+            all_tags[BEST_CONFIG_TAG] = text if len(text) <= _MAX_TAG_LENGTH else _config_elsewhere(len(text))
             self._client.log_dict(parent, dict(best_config), BEST_CONFIG_ARTIFACT)
         now, step = int(entry["time"] * 1000), int(entry.get("step", 0))
         # The best value is one point per session of the sweep, at step = how often it was
@@ -300,3 +303,8 @@ def _best_note(
     if config is not None:
         lines += ["", "**Best config:**", "", "```json", json.dumps(config, indent=2, default=str), "```"]
     return "\n".join(lines)
+
+
+def _config_elsewhere(length: int) -> str:
+    """The best-config tag of a config too long for a tag: valid JSON naming the artifact."""
+    return json.dumps({"cut": f"{length:,} characters, over MLflow's tag limit", "artifact": BEST_CONFIG_ARTIFACT})
