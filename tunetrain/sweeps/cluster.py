@@ -51,6 +51,11 @@ def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str 
         return None, "the Ray this process already uses"
     if (shared := running_local_ray()) is not None:
         return shared, "the Ray running on this machine, joined: `tunetrain up` or `ray start --head` started it"
+    if (stale := _internals.local_ray_address()) is not None:
+        return None, (
+            f"no {flag}, {ADDRESS_ENV} not set; Ray's address file names {stale}, where no Ray answers (stopped "
+            "without `ray stop`), so not joined"
+        )
     return None, f"no {flag}, {ADDRESS_ENV} not set, no Ray running on this machine"
 
 
@@ -124,7 +129,10 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     sigterm = _sigterm_handler()
     if not ray.is_initialized():
         ray.init(
-            address=address,
+            # None is an embedded Ray: "local" starts one. Ray's own None would join the Ray
+            # its address file names, and wait on one that was stopped without `ray stop`
+            # (the file outlives it) for ever; which Ray to join is resolve_address's to say.
+            address=address if address is not None else "local",
             log_to_driver=False,
             logging_level=logging.WARNING,
             runtime_env={"env_vars": env},
