@@ -376,12 +376,19 @@ def _store(tracking_uri: str | None) -> SweepStore:
 
 
 def _sweep_status(run: Any) -> str:
-    """The parent run's status, and ``all failed`` for a sweep that finished with no trial
-    completed or stopped early by the scheduler (its command exited 1)."""
+    """The parent run's status, and ``all failed`` (``all diverged``, ``all failed or
+    diverged``) for a sweep that finished with no trial completed or stopped early by the
+    scheduler (its command exited 1)."""
     status = str(run.status).lower()
     counts = [run.tags.get(schema.TRIALS_STATUS_PREFIX + key) for key in ("completed", "stopped_early")]
     recorded = status == "finished" and None not in counts and int(run.tags.get(schema.TRIALS_TAG, 0)) > 0
-    return "all failed" if recorded and not any(int(value) for value in counts) else status
+    if not recorded or any(int(value) for value in counts):
+        return status
+    # No trial with a result: said as what happened to them (NaN is not a crash).
+    diverged = int(run.tags.get(schema.TRIALS_STATUS_PREFIX + "diverged") or 0)
+    if diverged and diverged == int(run.tags.get(schema.TRIALS_TAG, 0)):
+        return "all diverged"
+    return "all failed or diverged" if diverged else "all failed"
 
 
 def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = None, smoke: bool = False) -> pd.DataFrame:
