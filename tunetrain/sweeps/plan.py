@@ -32,7 +32,13 @@ from tunetrain.storage import Storage
 from tunetrain.sweeps.cost.budget import Budget
 from tunetrain.sweeps.policy import budget_gate
 from tunetrain.sweeps.resumable import local_dir
-from tunetrain.tracking import JOURNAL_NAME, SweepFacts, param_problem
+from tunetrain.tracking import (
+    JOURNAL_NAME,
+    SweepFacts,
+    metric_key_problem,
+    param_value_problem,
+    suggested_metric_key,
+)
 from tunetrain.tracking import trial_shape as tracking_shape
 
 
@@ -209,25 +215,25 @@ def plan_sweep(
 
 def check_params(experiment: Experiment) -> None:
     """Each value a trial can get is a param the store takes whole: its name by MLflow's
-    rule, every value it can take (each choice, each grid point, a fixed value) within
-    MLflow's length; refused now, before Ray starts, rather than cut or refused once trials
-    have run."""
+    rule (the one for metric names), every value it can take (each choice, each grid point,
+    a fixed value) within MLflow's length; refused now, before Ray starts, rather than cut
+    or refused once trials have run."""
     for field, mapping in (("space", experiment.space), ("defaults", experiment.defaults)):
         for key, value in spaces.iter_leaves(mapping):
-            options = spaces.options(value)
-            if options is None:  # a number drawn from a range (its name checked), or a fixed value
-                options = [0.0] if spaces.is_domain(value) else [value]
-            for option in options:
-                problem = param_problem(key, option)
-                if problem is None:
-                    continue
+            said = f"Experiment.{field} key {key!r} is recorded as an MLflow param of each trial, but"
+            if (problem := metric_key_problem(key)) is not None:
                 raise ExperimentError(
-                    f"Experiment.{field} key {key!r} is recorded as an MLflow param of each trial, but {problem}.",
-                    fix=f"Rename {key!r} (letters, digits, '_', '-', '.', ' ', ':', '/')"
-                    if problem.startswith("MLflow refuses")
-                    else f"Keep long values out of the config: give {key!r} a short name or a file path and "
-                    "read the long value in the train loop.",
+                    f"{said} MLflow refuses {key!r} as a param name: {problem}",
+                    fix=f"Rename it (for example {suggested_metric_key(key)!r}).",
                 )
+            options = spaces.options(value)
+            for option in options if options is not None else ([] if spaces.is_domain(value) else [value]):
+                if (problem := param_value_problem(option)) is not None:
+                    raise ExperimentError(
+                        f"{said} {problem}.",
+                        fix=f"Keep long values out of the config: give {key!r} a short name or a file path and "
+                        "read the long value in the train loop.",
+                    )
 
 
 def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] | None, str]:

@@ -47,11 +47,6 @@ def reported_values(result: Mapping[str, Any], prefix: str = "") -> dict[str, An
     return values
 
 
-def user_metrics(result: Mapping[str, Any]) -> dict[str, float]:
-    """The metrics a train loop reported that are numbers (of any numeric type), as floats."""
-    return {key: number for key, value in reported_values(result).items() if (number := as_number(value)) is not None}
-
-
 def budget_gate(experiment: Experiment, budget: Budget | None) -> BudgetGate | None:
     """The gate that stops launching trials at ``budget`` (None without one); raises
     ExperimentError when the budget cannot apply (GPU-hours for trials without a GPU)."""
@@ -92,11 +87,12 @@ class SweepStopper(tune.Stopper):
                     "or change Experiment.metric.",
                 )
             return True
-        self.recordable(result)  # checks the names and values it has not seen
-        if self.refused_keys and not self.refused_keys.isdisjoint(reported_values(result)):
+        values = reported_values(result)
+        self._check_new(values, "")
+        if not self.refused_keys.isdisjoint(values):
             return True
-        values = [as_number(result[metric]) for metric in self.metrics]
-        if any(value is not None and not math.isfinite(value) for value in values):
+        objectives = [as_number(result[metric]) for metric in self.metrics]
+        if any(value is not None and not math.isfinite(value) for value in objectives):
             self.diverged.add(trial_id)
             return True
         if self.max_iterations is not None and result.get("training_iteration", 0) >= self.max_iterations:
@@ -109,13 +105,18 @@ class SweepStopper(tune.Stopper):
         report and trial would bring it too, and the record would silently lack it. The
         other metrics of that report are still recorded."""
         values = reported_values(result)
+        self._check_new(values, trial)
+        return {
+            key: number
+            for key, value in values.items()
+            if key not in self.refused_keys and (number := as_number(value)) is not None
+        }
+
+    def _check_new(self, values: Mapping[str, Any], trial: str) -> None:
+        """Check each reported key not seen before (names and values: see :meth:`_check`)."""
         for key in values.keys() - self._keys_checked:
             self._keys_checked.add(key)
             self._check(key, values[key], trial)
-        metrics = user_metrics(result)
-        if not self.refused_keys:
-            return metrics
-        return {key: value for key, value in metrics.items() if key not in self.refused_keys}
 
     def _check(self, key: str, value: Any, trial: str) -> None:
         """Refuse (stop the sweep as bad input) a metric whose name the store refuses, or

@@ -21,7 +21,7 @@ and the rest are counted.
 """
 
 from tunetrain.tracking import schema
-from tunetrain.tracking._common import metric_key_problem, param_problem, suggested_metric_key
+from tunetrain.tracking._common import metric_key_problem, param_value_problem, suggested_metric_key
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
 from tunetrain.tracking.recorder import NullRecorder, Recorder, SweepRecorder
 from tunetrain.tracking.registry import RegisteredVersion, register_version
@@ -78,7 +78,7 @@ __all__ = [
     "latest_smoke_timings",
     "metric_key_problem",
     "open_in_background",
-    "param_problem",
+    "param_value_problem",
     "records_from_journal",
     "register_version",
     "resolve_tracking_uri",

@@ -59,12 +59,10 @@ def metric_key_problem(key: str) -> str | None:
     return _internals.mlflow_metric_key_problem(key)
 
 
-def param_problem(key: str, value: Any) -> str | None:
-    """Why the store would refuse or cut a trial's param ``key`` = ``value``, or None: a name
-    MLflow refuses (its rule for params is the one for metrics) or a value longer than it
-    keeps (it would be cut, and read back wrong by ``best`` and ``--config-from``)."""
-    if (problem := metric_key_problem(key)) is not None:
-        return f"MLflow refuses {key!r} as a param name: {problem}"
+def param_value_problem(value: Any) -> str | None:
+    """Why the store would cut ``value`` as a trial's param (longer as text than MLflow keeps:
+    ``best`` and ``--config-from`` would read it back wrong), or None. A param's name follows
+    the rule for metric names (:func:`metric_key_problem`)."""
     length = len(str(value))
     if length > _MAX_PARAM_LENGTH:
         return (
