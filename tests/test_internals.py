@@ -127,6 +127,26 @@ def test_stop_before_start_uses_tunes_trial_and_controller_methods() -> None:
     assert calls == ["init_local_path", "stop_trial"]
 
 
+def test_host_oom_fails_the_trial_passes_rays_memory_kill_on_as_an_actor_death() -> None:
+    from types import SimpleNamespace
+
+    from ray.air.execution._internal.actor_manager import RayActorManager
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    _internals.host_oom_fails_the_trial()
+    _internals.host_oom_fails_the_trial()  # idempotent: wrapped once
+    seen: list[BaseException] = []
+    actor = SimpleNamespace(actor_id="a1", _on_error=lambda actor, exc: seen.append(exc))
+    task = SimpleNamespace(_tracked_actor=actor, _on_error=None)
+    manager: Any = SimpleNamespace(_failed_actor_ids=set(), _cleanup_actor=lambda tracked_actor: None)
+    failed: Any = RayActorManager._actor_task_failed
+    failed(manager, task, OutOfMemoryError("1 worker(s) were killed due to ..."))
+    assert len(seen) == 1 and isinstance(seen[0], RayActorError)
+    assert str(seen[0]).startswith("OutOfMemoryError: 1 worker(s) were killed") and manager._failed_actor_ids == {"a1"}
+    with pytest.raises(RuntimeError, match="Caught unexpected exception"):  # anything else: as Ray does
+        failed(manager, task, ValueError("x"))
+
+
 def test_records_exploits_hooks_pbts_private_exploit_and_reads_its_mutations() -> None:
     import inspect
 

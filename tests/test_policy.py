@@ -207,3 +207,48 @@ def test_the_plan_fits_trials_to_the_cpus_and_refuses_what_never_fits(tmp_path: 
     text = describe_plan(plan)
     assert "Trials: 4, at most 2 at once" in text and plan.total_trials == 5  # and the baseline
     assert "Searcher: async_bohb (auto: " in text  # auto's choice and its reason, before anything runs
+
+
+def test_max_trial_seconds_stops_a_trial_silent_past_the_limit_and_its_grace_and_no_other() -> None:
+    from tunetrain.sweeps.policy import OverdueTrials
+
+    now = [0.0]
+    stopped: list[str] = []
+
+    def trial(trial_id: str, status: str, iteration: int, total: float) -> SimpleNamespace:
+        last = {"training_iteration": iteration, "time_total_s": total} if iteration else {}
+        return SimpleNamespace(
+            trial_id=trial_id, status=status, last_result=last, temporary_state=SimpleNamespace(ray_actor=None)
+        )
+
+    class Controller:
+        _reuse_actors = True
+
+        def __init__(self, trials: list[SimpleNamespace]) -> None:
+            self.trials = trials
+
+        def get_trials(self) -> list[SimpleNamespace]:
+            return self.trials
+
+        def stop_trial(self, t: SimpleNamespace) -> None:
+            assert self._reuse_actors is False  # a hung trial's actor is never kept for the next trial
+            stopped.append(t.trial_id)
+
+    overdue = OverdueTrials(40.0, clock=lambda: now[0])
+    assert overdue.grace == 10.0  # at least 10 s; a quarter of a longer limit
+    hung, reporting = trial("a", "RUNNING", 2, 30.0), trial("b", "RUNNING", 1, 5.0)
+    controller = Controller([hung, reporting, trial("c", "PAUSED", 3, 45.0)])
+    overdue(controller)
+    now[0] = 19.0  # a: 30 s of training + 19 s silent, under 40 + 10
+    overdue(controller)
+    assert stopped == []
+    reporting.last_result = {"training_iteration": 2, "time_total_s": 24.0}  # b reported: counted from here
+    now[0] = 20.5
+    overdue(controller)
+    assert stopped == ["a"] and controller._reuse_actors is True
+    assert overdue.timed_out["a"].startswith("timed out: no report for 20 s after 2 iteration(s)")
+    now[0] = 1000.0  # a is no longer asked about; c is paused; b counts from its last report
+    hung.status = "TERMINATED"
+    overdue(controller)
+    assert stopped == ["a", "b"]
+    assert OverdueTrials(200.0).grace == 50.0

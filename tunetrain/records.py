@@ -11,8 +11,13 @@ from typing import Any, Literal
 
 from tunetrain.storage import Storage
 
-TrialStatus = Literal["pending", "running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted"]
-ENDED = ("completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
+TrialStatus = Literal[
+    "pending", "running", "completed", "stopped_early", "diverged", "oom", "timed_out", "failed", "interrupted"
+]
+ENDED = ("completed", "stopped_early", "diverged", "oom", "timed_out", "failed", "interrupted")
+# What an "oom" trial's error starts with when Ray's memory monitor killed its process (the
+# host, not its device, ran out of memory).
+HOST_OOM = "Ray's memory monitor killed the trial"
 
 
 def as_number(value: Any) -> float | None:

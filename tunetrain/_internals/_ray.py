@@ -152,6 +152,35 @@ def resumed_search(searcher: Any, num_samples: int) -> Any:
     return ResumedSearch(searcher)
 
 
+def host_oom_fails_the_trial() -> None:
+    """Make Tune end the one trial whose actor Ray's memory monitor killed, as it ends a trial
+    whose actor died, instead of ending the whole sweep.
+
+    Ray 2.60: Tune's private ``RayActorManager._actor_task_failed`` handles a trial actor's
+    ``RayActorError`` (actor died) and ``RayTaskError``; anything else is re-raised as
+    ``RuntimeError("Caught unexpected exception: ...")`` out of ``Tuner.fit``. When the host
+    runs low on memory, the raylet kills the newest worker and the pending task of a killed
+    actor fails with ``ray.exceptions.OutOfMemoryError``, which is neither: one trial's
+    allocation ended every trial, with no summary and the parent run FAILED (issue 39). The
+    error is passed on as an ``ActorDiedError``-like ``RayActorError`` whose text starts with
+    ``OutOfMemoryError:`` (what the record reads). Idempotent; the driver's process only.
+    """
+    from ray.air.execution._internal.actor_manager import RayActorManager
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    original = RayActorManager._actor_task_failed
+    if getattr(original, "_tunetrain_oom", False):
+        return
+
+    def _actor_task_failed(self: Any, tracked_actor_task: Any, exception: Exception) -> None:
+        if isinstance(exception, OutOfMemoryError):
+            exception = RayActorError(error_msg=f"OutOfMemoryError: {exception}")
+        original(self, tracked_actor_task, exception)
+
+    _actor_task_failed._tunetrain_oom = True  # type: ignore[attr-defined]
+    RayActorManager._actor_task_failed = _actor_task_failed  # type: ignore[method-assign]
+
+
 def stop_before_start(controller: Any, trial: Any) -> None:
     """Stop a trial that never started (a budget refused it), from a scheduler's
     ``choose_trial_to_run``.
@@ -162,6 +191,34 @@ def stop_before_start(controller: Any, trial: Any) -> None:
     """
     trial.init_local_path()
     controller.stop_trial(trial)
+
+
+def stop_and_kill_trial(controller: Any, trial: Any) -> None:
+    """Stop a running trial that no longer answers and kill its process now (its Train
+    workers, which it owns, die with it).
+
+    Ray 2.60: the controller's ``stop_trial`` ends the trial (TERMINATED; the scheduler and
+    searcher are told, with its last result) but only asks its actor to stop, an actor task
+    that a train loop hung inside ``train()`` never runs; Tune kills it after
+    ``TUNE_FORCE_TRIAL_CLEANUP_S`` (600 s), holding its CPUs until then. With
+    ``reuse_actors`` it would instead keep the hung actor for the next trial, which then
+    fails on it, so the controller's private ``_reuse_actors`` (the controller itself is the
+    scheduler's wrapper's ``_tune_controller``) is off while it stops this one. The handle is
+    the trial's ``temporary_state.ray_actor`` (Tune's internal state), read before
+    ``stop_trial`` clears it.
+    """
+    import ray
+
+    actor = trial.temporary_state.ray_actor
+    tune_controller = getattr(controller, "_tune_controller", controller)
+    reuse = tune_controller._reuse_actors
+    tune_controller._reuse_actors = False
+    try:
+        controller.stop_trial(trial)
+    finally:
+        tune_controller._reuse_actors = reuse
+    if actor is not None:
+        ray.kill(actor, no_restart=True)
 
 
 class RecordsExploits:

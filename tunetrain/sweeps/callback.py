@@ -227,6 +227,7 @@ class SweepCallback(tune.Callback):
             oom=trial.trial_id in self._oom,
             max_iterations=self.plan.experiment.stop.max_iterations,
             metric=self.plan.experiment.primary_metric,
+            timed_out=self.stopper.timed_out(trial.trial_id),
         )
         if status == "oom":
             self._end_oom(record, self._oom[trial.trial_id])
@@ -250,7 +251,7 @@ class SweepCallback(tune.Callback):
         record = self.records[trial.trial_id]
         oom = oom_in_error(error)
         if oom is not None or "OutOfMemoryError" in error:
-            self._end_oom(record, {**(oom or {}), "error": error})
+            self._end_oom(record, oom or {"error": error})
         else:
             self._end(record, "failed", error=error)
 

@@ -140,6 +140,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     _route_ray_logging(log_dir / "ray_driver.log")  # ray.init puts its console handler back
     _keep_sigterm_handler(sigterm)
     _internals.route_raylet_messages(logging.getLogger("ray.raylet_messages"))
+    _internals.host_oom_fails_the_trial()  # Ray's memory monitor killing one trial ends that trial
     return _internals.ray_logs_dir()
 
 

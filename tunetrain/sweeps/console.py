@@ -9,11 +9,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tunetrain.records import SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
+from tunetrain.records import HOST_OOM, SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
 from tunetrain.redaction import redact
 from tunetrain.space import flatten
 
-_ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "failed", "interrupted")
+_ORDER = ("running", "completed", "stopped_early", "diverged", "oom", "timed_out", "failed", "interrupted")
 
 
 def _fmt(value: object) -> str:
@@ -216,8 +216,8 @@ _REMEDIES = (
 
 
 def _diagnoses(trials: list[TrialRecord]) -> list[str]:
-    """Lines on trials that ran out of memory (with the remedies the experiment exposes) and
-    on trials whose data loading takes over a third of each step."""
+    """Lines on trials that ran out of memory (with the remedies the experiment exposes), that
+    stopped reporting, and whose data loading takes over a third of each step."""
     from tunetrain.records import slow_data
 
     lines: list[str] = []
@@ -234,6 +234,16 @@ def _diagnoses(trials: list[TrialRecord]) -> list[str]:
                 "  The usual remedies: a smaller batch with gradient accumulation, mixed precision, activation "
                 "checkpointing, FSDP (tunetrain.StepRunner; see docs/training.md)."
             )
+        host = [t.name for t in oom if (t.error or "").startswith(HOST_OOM)]
+        if host:
+            lines.append(
+                f"  The host ran out of memory ({', '.join(host[:8])}; Ray's memory monitor killed it and the sweep "
+                "went on): fewer trials at once (--max-concurrent) or less memory per trial."
+            )
+    hung = [t for t in trials if t.status == "timed_out"]
+    if hung:
+        why = (hung[0].error or "").removeprefix("timed out: ")
+        lines += ["", f"Timed out: {len(hung)} trial(s) ({', '.join(t.name for t in hung[:8])}): {why}."]
     slow = [t for t in trials if slow_data(t.last)]
     if slow:
         lines += [

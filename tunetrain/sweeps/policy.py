@@ -1,10 +1,12 @@
 """Every decision about a trial that tunetrain (not the scheduler) takes, in one place: the
 stop rule, a metric never reported (bad input: the sweep stops), a diverged objective, the
-budget that refuses new trials, and the status a trial ends with."""
+budget that refuses new trials, a trial that stopped reporting, and the status a trial ends
+with."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,6 +71,8 @@ class SweepStopper(tune.Stopper):
         self.metrics = [metric for metric, _ in experiment.objectives]
         self.max_iterations = experiment.stop.max_iterations
         self.max_seconds = experiment.stop.max_trial_seconds
+        # The same limit for a trial that stops reporting (asked by the scheduler's hook).
+        self.overdue = OverdueTrials(self.max_seconds) if self.max_seconds is not None else None
         self.diverged: set[str] = set()
         self.bad_input: str | None = None  # why the sweep was stopped as bad input
         self.bad_input_fix = ""
@@ -148,6 +152,10 @@ class SweepStopper(tune.Stopper):
     def stop_all(self) -> bool:
         return self.bad_input is not None
 
+    def timed_out(self, trial_id: str) -> str | None:
+        """Why the trial was stopped for not reporting (None: it was not)."""
+        return self.overdue.timed_out.get(trial_id) if self.overdue is not None else None
+
 
 class BaselineTrial:
     """Which trial is the sweep's baseline: the first whose config holds the baseline's
@@ -181,6 +189,61 @@ def refuse_over_budget(gate: BudgetGate) -> Callable[[Any], None]:
     return before_launch
 
 
+class OverdueTrials:
+    """``max_trial_seconds`` against a train loop that stops reporting (a hung data loader,
+    a deadlocked collective): the stop rule is checked at each report, so a loop that never
+    reports again would hold its CPUs for ever. Asked at every step of Tune's loop (from the
+    scheduler's hook, with Tune's controller), it stops a running trial whose training time,
+    counted on from its last report, passes the limit plus a grace, and kills its process
+    (its workers go with it); the trial ends ``timed_out``, the sweep goes on.
+
+    The grace (a quarter of the limit, at least 10 s) lets a trial whose last step ends a
+    little after the limit be stopped at that report by the stop rule, as before. The time
+    before a trial's first report (its workers starting) counts, as it does in the training
+    time the stop rule reads.
+    """
+
+    def __init__(self, max_seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_seconds = max_seconds
+        self.grace = max(10.0, 0.25 * max_seconds)
+        self.timed_out: dict[str, str] = {}  # trial id -> why it was stopped
+        self._clock = clock
+        self._since: dict[str, tuple[int, float, float]] = {}  # id -> (iteration, seen at, its training time)
+
+    def __call__(self, controller: Any) -> None:
+        now = self._clock()
+        for trial in controller.get_trials():
+            if trial.status != "RUNNING" or trial.trial_id in self.timed_out:
+                self._since.pop(trial.trial_id, None)  # paused or ended: counted again when it runs
+                continue
+            last = trial.last_result or {}
+            iteration = int(last.get("training_iteration") or 0)
+            since = self._since.get(trial.trial_id)
+            if since is None or since[0] != iteration:
+                since = self._since[trial.trial_id] = (iteration, now, float(last.get("time_total_s") or 0.0))
+            silent = now - since[1]
+            if since[2] + silent > self.max_seconds + self.grace:
+                self.timed_out[trial.trial_id] = (
+                    f"timed out: no report for {silent:.0f} s after {iteration} iteration(s), past max_trial_seconds="
+                    f"{self.max_seconds:g} (plus {self.grace:.0f} s of grace); the trial was stopped and its process "
+                    "killed (a train loop that hangs: a data loader, a collective, a lock)"
+                )
+                _internals.stop_and_kill_trial(controller, trial)
+
+
+def every_step(*policies: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One hook for the scheduler that asks each policy in turn (None: no policy)."""
+    chosen = [policy for policy in policies if policy is not None]
+    if not chosen:
+        return None
+
+    def ask(controller: Any) -> None:
+        for policy in chosen:
+            policy(controller)
+
+    return ask
+
+
 def end_status(
     record: TrialRecord,
     *,
@@ -189,13 +252,17 @@ def end_status(
     oom: bool,
     max_iterations: int | None,
     metric: str,
+    timed_out: str | None = None,
 ) -> tuple[TrialStatus, str | None]:
-    """The status (and error) of a trial Tune reports complete: out of memory, diverged,
-    failed or interrupted when the sweep stopped as bad input (failed: it never reported
-    the metric), stopped early by the scheduler (unless it ran its whole budget: HyperBand
-    stops the survivors of a finished bracket at the last iteration), else completed."""
+    """The status (and error) of a trial Tune reports complete: out of memory, timed out
+    (``timed_out``: why, from :class:`OverdueTrials`), diverged, failed or interrupted when
+    the sweep stopped as bad input (failed: it never reported the metric), stopped early by
+    the scheduler (unless it ran its whole budget: HyperBand stops the survivors of a
+    finished bracket at the last iteration), else completed."""
     if oom:
         return "oom", None
+    if timed_out is not None:
+        return "timed_out", timed_out
     if record.trial_id in stopper.diverged:
         return "diverged", None
     if stopper.bad_input is not None:

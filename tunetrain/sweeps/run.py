@@ -28,7 +28,7 @@ from tunetrain.storage import Storage
 from tunetrain.sweeps.callback import SweepCallback
 from tunetrain.sweeps.console import LiveView
 from tunetrain.sweeps.plan import SweepPlan, sweep_facts, train_storage
-from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, refuse_over_budget
+from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, every_step, refuse_over_budget
 from tunetrain.tracking import Journal, JournalState, Recorder, SweepLog, SweepRecorder
 from tunetrain.trial import (
     DRIVER_RESOURCES,
@@ -116,7 +116,7 @@ def run_sweep(
     # From here on the parent run exists: whatever is raised, the finally closes it.
     try:
         gate = budget_gate(exp, plan.budget)
-        scheduler = _scheduler(plan, gate, journaled=opened.journaled)
+        scheduler = _scheduler(plan, gate, stopper, journaled=opened.journaled)
         callback = SweepCallback(
             plan=plan,
             log=opened.log,
@@ -215,12 +215,12 @@ def _open_record(
     return _Opened(log, parent_run_id, journaled, resumes)
 
 
-def _scheduler(plan: SweepPlan, gate: Any, *, journaled: Mapping[str, TrialRecord]) -> Any:
-    """The experiment's scheduler, with the budget's hook (no launch over it) and the
-    baseline trial exempt from early stopping (the one a resumed sweep journaled)."""
+def _scheduler(plan: SweepPlan, gate: Any, stopper: SweepStopper, *, journaled: Mapping[str, TrialRecord]) -> Any:
+    """The experiment's scheduler, with the policies asked at each step of Tune's loop (the
+    budget: no launch over it; max_trial_seconds: a trial that stops reporting is stopped)
+    and the baseline trial exempt from early stopping (the one a resumed sweep journaled)."""
     scheduler = build_scheduler(plan.experiment)
-    if gate is not None:
-        scheduler.before_launch = refuse_over_budget(gate)
+    scheduler.before_launch = every_step(refuse_over_budget(gate) if gate is not None else None, stopper.overdue)
     if plan.baseline is not None:
         claimed = next((r.trial_id for r in journaled.values() if r.baseline), None)
         scheduler.exempt = BaselineTrial(plan.baseline, trial_id=claimed)

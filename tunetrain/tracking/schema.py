@@ -148,6 +148,7 @@ RUN_STATUS = {
     "stopped_early": "FINISHED",
     "diverged": "FINISHED",
     "oom": "FAILED",
+    "timed_out": "FAILED",  # it stopped reporting and was stopped (max_trial_seconds)
     "failed": "FAILED",
     "interrupted": "KILLED",
 }

@@ -18,7 +18,7 @@ from ray import tune
 
 from tunetrain import _internals
 from tunetrain.context import TrialContext, _set_context
-from tunetrain.records import as_number
+from tunetrain.records import HOST_OOM, as_number
 from tunetrain.seeding import derive_seed, seed_everything
 from tunetrain.storage import Storage
 
@@ -299,13 +299,37 @@ def _oom_record(exc: BaseException, peak: float | None) -> dict[str, Any]:
     return {"error": headline(exc), "peak_memory_gib": peak}
 
 
+# Ray's memory monitor's message when it kills a worker of a host low on memory (Ray 2.60's
+# raylet; it reaches the driver as ray.exceptions.OutOfMemoryError): the reason, and per
+# worker considered, its memory.
+_RAY_OOM = "worker(s) were killed due to the node running low on memory"
+_RAY_OOM_REASON = re.compile(r"OOM kill reason: Memory usage (\d+)B exceeded threshold of (\d+)B \(([0-9.]+)% of")
+_RAY_OOM_VICTIM = re.compile(r"Selected to kill: .*?actual memory used=([0-9.]+)GB", re.DOTALL)
+
+
 def oom_in_error(text: str) -> dict[str, Any] | None:
-    """The out-of-memory record in the error of a Train run that failed because a worker ran
-    out of memory (the line :func:`worker_main` raised), else None."""
+    """The out-of-memory record in the error of a trial that ran out of memory, else None: a
+    Train run that failed because a worker ran out of device memory (the line
+    :func:`worker_main` raised), or a trial process that Ray's memory monitor killed because
+    the host ran low on memory."""
+    if _RAY_OOM in text:
+        return _host_oom_record(text)
     if OOM_MARK not in text:
         return None
     peak = re.search(r"peak allocated ([0-9.]+) GiB", text)
     return {"error": headline(RuntimeError(text)), "peak_memory_gib": float(peak.group(1)) if peak else None}
+
+
+def _host_oom_record(text: str) -> dict[str, Any]:
+    """What the sweep records of Ray's memory monitor killing a trial's process: the rule it
+    broke, in figures, and the process's memory when killed (its "peak")."""
+    reason, victim = _RAY_OOM_REASON.search(text), _RAY_OOM_VICTIM.search(text)
+    error = f"{HOST_OOM}: the host ran low on memory"
+    if reason:
+        used, limit, percent = int(reason.group(1)), int(reason.group(2)), reason.group(3)
+        error += f" ({used / 2**30:.2f} GiB in use, over its {limit / 2**30:.2f} GiB threshold, {percent}% of memory)"
+    error += "; the threshold is RAY_memory_usage_threshold, set where Ray starts"
+    return {"error": error, "peak_memory_gib": float(victim.group(1)) if victim else None}
 
 
 def headline(exc: BaseException) -> str:
