@@ -288,3 +288,37 @@ def test_a_sweep_whose_trials_all_diverged_is_listed_as_diverged_not_failed() ->
     assert _sweep_status(run(diverged=2, failed=1)) == "all failed or diverged"
     assert _sweep_status(run(failed=3)) == "all failed"
     assert _sweep_status(run(completed=1, diverged=2)) == "finished"
+
+
+ALL_NAN = """
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(3):
+        ray.train.report({"loss": float("nan"), "acc": 0.5})
+
+
+experiment = Experiment(
+    name="allnan", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=3, stop=StopRule(max_iterations=3), seed=1, baseline=False,
+)
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_sweep_whose_trials_all_diverged_has_its_report_and_says_diverged_everywhere(workdir: Path) -> None:
+    # Before: "Sweep report not written (ValueError: zero-size array ...)", and `report` crashed.
+    path = write_experiment(workdir, ALL_NAN)
+    status, out = run_cli("sweep", str(path), "--no-register", "--name", "nan1", "--max-concurrent", "1")
+    assert status == 1, out  # no trial completed
+    assert "No trial reported a finite loss: 3 trial(s) diverged (NaN or infinite)." in out, out
+    assert "not written" not in out, out
+    reports = list((workdir / "tunetrain_results" / "nan1").glob("*.html"))
+    assert len(reports) == 1 and "3 trial(s) diverged" in reports[0].read_text()
+    status, out = run_cli("report", "nan1", "--output", str(workdir / "again.html"))
+    assert status == 0 and "3 trial(s) diverged" in (workdir / "again.html").read_text(), out
+    status, out = run_cli("list")
+    assert status == 0 and "all diverged" in out, out

@@ -127,6 +127,8 @@ def _scaled(sweep: Sweep, param: str, values: pd.Series) -> tuple[np.ndarray, li
         return ys, [spot[_choice_key(c)] for c in choices], [str(c) for c in choices]
     if _numeric(values):
         x = values.astype(float).to_numpy()
+        if not np.isfinite(x).any():  # no trial (e.g. every one diverged): an axis without ticks
+            return np.full(len(x), np.nan), [], []
         log = sweep.is_log_scale(param) and np.nanmin(x) > 0
         t = np.log10(x) if log else x
         low, high = np.nanmin(t), np.nanmax(t)

@@ -48,7 +48,10 @@ def _png(figure: Any) -> bytes:
 def _top_table(sweep: Sweep, top_k: int) -> str:
     top = sweep.best(top_k) if sweep.metric in sweep.metrics else pd.DataFrame()
     if top.empty:
-        return "<p class='muted'>No trial reported a finite value of the metric.</p>"
+        trials = sweep.trials()
+        diverged = int((trials["status"] == "diverged").sum()) if len(trials) else 0
+        why = f": {diverged} trial(s) diverged (NaN or infinite)" if diverged else ""
+        return f"<p class='muted'>No trial reported a finite value of the metric{why}.</p>"
     columns = ["trial", "baseline", "status", "iterations"]
     columns += [c for c in top.columns if c.startswith(("best_", "config/"))]
     columns += [m for m in sweep.metrics if m in top.columns and f"best_{m}" not in columns][:4]

@@ -158,7 +158,9 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         if best.name in outcome.run_ids:
             lines.append(f"Best run id: {outcome.run_ids[best.name]}")
     else:
-        lines.append(f"No trial reported a finite {outcome.metric}.")
+        diverged = sum(t.status == "diverged" for t in outcome.trials)
+        why = f": {diverged} trial(s) diverged (NaN or infinite)" if diverged else ""
+        lines.append(f"No trial reported a finite {outcome.metric}{why}.")
     if (versus := outcome.versus_baseline()) is not None:
         lines.append(versus)
     if len(outcome.objectives) > 1:
