@@ -11,6 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -64,6 +65,8 @@ def test_a_sweeps_model_served_on_ray_serve_answers_http_and_stops_on_sigterm(
         assert np.allclose(np.asarray(answer["predictions"]), expected, atol=1e-5)
         status, answer = _post(f"http://127.0.0.1:{port}/", {"data": [1, 2]})
         assert status == 400 and 'must be JSON with "inputs"' in str(answer["error"]), answer
+        status, answer = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": x[:2, :10].tolist()})
+        assert status == 400 and "rows of 64 numbers" in str(answer["error"]), answer  # before: a bare 500
     finally:
         server.send_signal(signal.SIGTERM)
         rest, _ = server.communicate(timeout=120)
@@ -78,3 +81,31 @@ def test_serve_refuses_bad_input_before_ray_starts(workdir: Path) -> None:
     assert status == 2 and "--replicas must be an integer >= 1, but got 0." in out, out
     status, out = run_cli("serve", "models:/nope/1", "--num-cpus", "0")
     assert status == 2 and "--num-cpus is each replica's CPUs, more than 0, but got 0.0." in out, out
+
+
+def test_a_request_that_does_not_fit_the_model_is_refused_naming_the_shape_it_takes(tmp_path: Path) -> None:
+    # Before: a wrong shape, "inputs": null or a 3-D array got a bare 500 from the model.
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    import torch
+
+    from tunetrain.tracking.serving import predict
+
+    x = np.zeros((2, 64), dtype=np.float32)
+    # As the registry saves a sweep's model (tracking/registry.py): its input example sets the signature.
+    mlflow.pytorch.save_model(torch.nn.Linear(64, 10), str(tmp_path / "model"), input_example=x, pip_requirements=[])
+    model = mlflow.pyfunc.load_model(str(tmp_path / "model"))
+    assert np.asarray(predict(model, {"inputs": x.tolist()})["predictions"]).shape == (2, 10)
+    contract = "a list of rows of 64 numbers (shape [-1, 64], float32)"
+    cases: list[tuple[Any, str]] = [
+        ({"inputs": np.zeros((2, 10)).tolist()}, "but got shape [2, 10]"),
+        ({"inputs": np.zeros((2, 65)).tolist()}, "but got shape [2, 65]"),
+        ({"inputs": np.zeros((1, 2, 64)).tolist()}, "but got shape [1, 2, 64]"),
+        ({"inputs": [["a"] * 64]}, "but it is not (could not convert string to float"),
+        ({"inputs": None}, '{"inputs": ' + contract + "}"),
+        ({"data": [1]}, 'must be JSON with "inputs"'),
+    ]
+    for body, said in cases:
+        with pytest.raises(ValueError) as caught:
+            predict(model, body)
+        assert said in str(caught.value) and contract in str(caught.value), str(caught.value)

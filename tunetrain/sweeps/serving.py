@@ -49,6 +49,8 @@ class _Model:
             return JSONResponse(predict(self.model, body))
         except (ValueError, TypeError) as exc:  # the input does not fit the model's signature
             return JSONResponse({"error": str(exc)}, status_code=400)
+        except Exception as exc:  # the model's own failure on an input that fits: still said in JSON
+            return JSONResponse({"error": f"the model failed: {type(exc).__name__}: {exc}"}, status_code=500)
 
 
 def check_serving(*, replicas: int, num_cpus: float, port: int) -> None:

@@ -98,18 +98,47 @@ def _check_registered(client: Any, model_uri: str) -> None:
 
 def predict(model: Any, body: Mapping[str, Any]) -> dict[str, Any]:
     """The model's predictions for a request body in MLflow's format, ``{"inputs": ...}``:
-    converted to the model's input signature (a tensor spec's dtype, else a table)."""
+    converted to the model's input signature (a tensor spec's dtype and shape, else a table).
+    A body that does not fit is a ValueError saying the shape the model takes: the caller's
+    400, never the model's own error deep in its forward pass (a 500)."""
     import numpy as np
     import pandas as pd
 
-    if not isinstance(body, Mapping) or "inputs" not in body:
-        raise ValueError('the request body must be JSON with "inputs", as for `mlflow models serve`: {"inputs": [...]}')
+    if not isinstance(body, Mapping) or "inputs" not in body or body["inputs"] is None:
+        raise ValueError(
+            'the request body must be JSON with "inputs", as for `mlflow models serve`: {"inputs": '
+            + input_contract(model)
+            + "}"
+        )
     schema = model.metadata.get_input_schema()
     if schema is not None and schema.is_tensor_spec():
-        data: Any = np.asarray(body["inputs"], dtype=schema.numpy_types()[0])
+        dtype = schema.numpy_types()[0]
+        try:
+            data: Any = np.asarray(body["inputs"], dtype=dtype)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f'"inputs" must be {input_contract(model)}, but it is not ({exc})') from None
+        if not _fits(data.shape, schema.inputs[0].shape):
+            raise ValueError(f'"inputs" must be {input_contract(model)}, but got shape {list(data.shape)}')
     else:
         data = pd.DataFrame(body["inputs"])
     out = model.predict(data)
     if isinstance(out, pd.DataFrame):
         return {"predictions": out.to_dict(orient="records")}
     return {"predictions": np.asarray(out).tolist()}
+
+
+def input_contract(model: Any) -> str:
+    """What ``"inputs"`` must be for the model, in words: for a tensor spec, its shape (-1:
+    any number of rows) and dtype, e.g. ``a list of rows of 64 numbers (shape [-1, 64],
+    float32)``; else a table's records."""
+    schema = model.metadata.get_input_schema()
+    if schema is None or not schema.is_tensor_spec():
+        return "a list of records ([{column: value, ...}, ...])"
+    shape, dtype = list(schema.inputs[0].shape), schema.numpy_types()[0]
+    if len(shape) == 2 and shape[0] == -1 and shape[1] > 0:
+        return f"a list of rows of {shape[1]} numbers (shape {shape}, {dtype})"
+    return f"an array of shape {shape} ({dtype}; -1: any size)"
+
+
+def _fits(shape: tuple[int, ...], spec: tuple[int, ...]) -> bool:
+    return len(shape) == len(spec) and all(want in (-1, got) for got, want in zip(shape, spec, strict=True))
