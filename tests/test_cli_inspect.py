@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import signal
@@ -115,13 +116,19 @@ def test_ui_serves_the_store_over_mlflows_rest_api_and_stops_on_ctrl_c(analysed_
         assert url in line, line
         local = load_sweep("analysed-1", tracking_uri=analysed_sweep.tracking_uri)
         newest = load_sweep(tracking_uri=analysed_sweep.tracking_uri)
-        # The link opens the newest sweep's trials (its child runs), best loss first.
-        query = (
-            f"searchFilter=tags.mlflow.parentRunId%20%3D%20%27{newest.run_id}%27"
-            "&orderByKey=metrics.%60loss%60&orderByAsc=true"
+        # The link opens the newest sweep's trials (its child runs), best loss first, with loss
+        # and the tuned parameters as columns, in the Model training view: a view MLflow's UI
+        # reads from an experiment tag (tests/test_ui_browser.py renders it in Chromium).
+        link = re.search(
+            rf"{url}/#/experiments/(\d+)/runs\?viewStateShareKey=(\S+)&workflowType=machine_learning", line
         )
-        link = f"{url}/#/experiments/{newest.parent.experiment_id}/runs?{query}"
-        assert f"{link} (sweep {newest.name}'s trials, lowest loss first)" in line, line
+        assert link is not None and f"(sweep {newest.name}'s trials, lowest loss first)" in line, line
+        assert link.group(1) == newest.parent.experiment_id
+        tags = MlflowClient(url).get_experiment(link.group(1)).tags
+        view = json.loads(tags[f"mlflow.sharedViewState.{link.group(2)}"])
+        assert view["searchFilter"] == f"tags.mlflow.parentRunId = '{newest.run_id}'"
+        assert view["orderByKey"] == "metrics.`loss`" and view["orderByAsc"] is True
+        assert view["selectedColumns"] == ["metrics.`loss`", *(f"params.`{p}`" for p in newest.params)]
         # What the filter says is what MLflow's search returns: the sweep's trials.
         filtered = MlflowClient(url).search_runs(
             [newest.parent.experiment_id], f"tags.mlflow.parentRunId = '{newest.run_id}'"
@@ -169,3 +176,34 @@ def test_ui_takes_its_server_down_when_it_is_sent_sigterm(tmp_path: Path, store_
     # The MLflow server and its workers went with it: nothing listens on the port.
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+def test_ui_never_links_a_server_it_did_not_start_on_a_port_another_holds(analysed_sweep: AnalysedSweep) -> None:
+    # Before: with another server on the port, mlflow ui could not listen, and the printed link
+    # opened the other one; nothing said so.
+    import http.server
+    import threading
+
+    from tunetrain import tracking
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        port = other.server_address[1]
+        status, out = run_cli("ui", "--tracking-uri", analysed_sweep.tracking_uri, "--port", str(port))
+        assert status == 2 and f"--port {port} is taken by another server, not an MLflow UI on" in out, out
+    finally:
+        other.shutdown()
+        other.server_close()
+    # An MLflow UI on this very store is used as it is: the link, at once, and nothing started.
+    server, url = tracking.start_ui_server(analysed_sweep.tracking_uri, port=_free_port())
+    try:
+        port = int(url.rpartition(":")[2])
+        status, out = run_cli("ui", "--tracking-uri", analysed_sweep.tracking_uri, "--port", str(port))
+        assert status == 0 and f"An MLflow UI already serves {analysed_sweep.tracking_uri} on port {port}" in out, out
+        assert f"{url}/#/experiments/" in out, out
+        assert tracking.port_holder(analysed_sweep.tracking_uri, port=port) == "same_store"
+        assert tracking.free_port(near=port) != port
+    finally:
+        tracking.stop_ui_server(server)

@@ -134,42 +134,89 @@ def ui_parser(subparsers: Any) -> None:
         "ui",
         help="start the MLflow UI on the store",
         description="Start the MLflow UI on 127.0.0.1 for the configured tracking store and print the link to a "
-        "sweep's trials (the newest, or SWEEP), sorted by its objective, best first; Ctrl+C stops it.",
+        "sweep's trials (the newest, or SWEEP), sorted by its objective, best first, with the objective and the "
+        "tuned parameters as columns, and the link to its report; Ctrl+C stops it. An MLflow UI already serving "
+        "the store on the port is used as it is.",
     )
     parser.add_argument("sweep", nargs="?", help="sweep name or parent run id (default: the newest)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///./mlflow.db)")
-    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
+    parser.add_argument(
+        "--port", type=int, help="port on 127.0.0.1 (default 5000; taken by something else: the next free one)"
+    )
     parser.set_defaults(command=ui_command)
 
 
-def _sweep_page(sweep: str | None, uri: str) -> tuple[str, str]:
-    """The UI's path to the sweep's trials and what it shows; the home page ("") for a store
-    with no sweep yet (a named sweep that is not there is bad input)."""
+def _sweep_links(sweep: str | None, uri: str) -> tuple[str, str, str]:
+    """The UI's path to the sweep's trials, what it shows, and the path to its report ("":
+    none); the home page ("") for a store with no sweep yet (a named sweep that is not there
+    is bad input)."""
+    from tunetrain import tracking
     from tunetrain.errors import ExperimentError
     from tunetrain.results.analysis import load_sweep
-    from tunetrain.tracking.ui import sweep_page
+    from tunetrain.tracking.schema import REPORT_TAG
 
     try:
         found = load_sweep(sweep, tracking_uri=uri)
     except ExperimentError:
         if sweep is not None:
             raise
-        return "", ""
-    page = sweep_page(found.parent.experiment_id, found.run_id, metric=found.metric, mode=found.mode)
+        return "", "", ""
+    experiment_id = found.parent.experiment_id
+    page = tracking.sweep_view(
+        uri, experiment_id=experiment_id, parent_run_id=found.run_id, metric=found.metric, mode=found.mode,
+        params=found.params,
+    )  # fmt: skip
     best = "lowest" if found.mode == "min" else "highest"
-    return page, f" (sweep {found.name}'s trials, {best} {found.metric} first)"
+    report = found.parent.tags.get(REPORT_TAG)
+    return (
+        page,
+        f" (sweep {found.name}'s trials, {best} {found.metric} first)",
+        tracking.report_page(experiment_id, found.run_id, report) if report else "",
+    )
+
+
+def _print_links(url: str, page: str, said: str, report: str, stream: TextIO, *, lead: str) -> None:
+    print(f"{lead}: {url}{page}{said}", file=stream, flush=True)
+    if report:
+        print(f"  Report: {url}{report}", file=stream, flush=True)
 
 
 def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import tracking
+    from tunetrain.errors import ExperimentError
 
     uri = _tracking_uri(args)
-    page, said = _sweep_page(args.sweep, uri)
+    page, said, report = _sweep_links(args.sweep, uri)
     if uri.startswith(("http://", "https://")):
-        print(f"The store is a tracking server already: open {uri.rstrip('/')}{page}{said}", file=stream)
+        _print_links(uri.rstrip("/"), page, said, report, stream, lead="The store is a tracking server already: open")
         return EXIT_OK
+    port = 5000 if args.port is None else args.port
+    holder = tracking.port_holder(uri, port=port)
+    if holder == "same_store":
+        _print_links(
+            f"http://127.0.0.1:{port}", page, said, report, stream,
+            lead=f"An MLflow UI already serves {uri} on port {port} (none started)",
+        )  # fmt: skip
+        return EXIT_OK
+    if holder == "other":
+        if args.port is not None:
+            raise ExperimentError(
+                f"--port {port} is taken by another server, not an MLflow UI on {uri}: a UI started there could not "
+                "listen, and its link would open that other server.",
+                fix="Pass another --port, or leave --port out (the next free port is taken).",
+            )
+        taken, port = port, tracking.free_port(near=port)
+        print(f"Port {taken} is taken by another server (not an MLflow UI on this store): using port {port}.",
+              file=stream)  # fmt: skip
+    return _serve_ui(uri, port, page, said, report, stream)
+
+
+def _serve_ui(uri: str, port: int, page: str, said: str, report: str, stream: TextIO) -> int:
+    """Start the UI on ``port``, print its links, and wait until Ctrl+C or a signal."""
     import os
     import signal
+
+    from tunetrain import tracking
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # the server runs in its own process group: take it down too
@@ -178,12 +225,10 @@ def ui_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     # process; the handlers are put back afterwards (the API may call this in a longer program).
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        server, url = tracking.start_ui_server(uri, port=args.port)
+        server, url = tracking.start_ui_server(uri, port=port)
         try:
-            print(
-                f"MLflow UI for {uri}: {url}{page}{said}  (Ctrl+C or kill {os.getpid()} stops it)",
-                file=stream,
-                flush=True,
+            _print_links(
+                url, page, said, report, stream, lead=f"MLflow UI for {uri} (Ctrl+C or kill {os.getpid()} stops it)"
             )
             server.wait()
         except KeyboardInterrupt:

@@ -134,4 +134,5 @@ def write_report(sweep: Sweep, output: str | Path, *, top_k: int = 10, log_to_ml
     if log_to_mlflow:
         sweep.store.log_artifacts(sweep.run_id, [output], artifact_path=REPORT_ARTIFACT_DIR)
         sweep.store.log_artifacts(sweep.run_id, pngs, artifact_path=REPORT_ARTIFACT_DIR)
+        sweep.store.link_report(sweep.run_id, f"{REPORT_ARTIFACT_DIR}/{output.name}")
     return output

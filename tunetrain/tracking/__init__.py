@@ -43,7 +43,15 @@ from tunetrain.tracking.sweep_log import (
     started_sweep,
     trial_shape,
 )
-from tunetrain.tracking.ui import start_ui_server, stop_ui_server, ui_command
+from tunetrain.tracking.ui import (
+    free_port,
+    port_holder,
+    report_page,
+    start_ui_server,
+    stop_ui_server,
+    sweep_view,
+    ui_command,
+)
 from tunetrain.tracking.uri import (
     TrackingURI,
     artifact_location,
@@ -75,18 +83,22 @@ __all__ = [
     "check_writable",
     "default_tracking_uri",
     "describe_shape",
+    "free_port",
     "latest_smoke_timings",
     "metric_key_problem",
     "open_in_background",
     "param_value_problem",
+    "port_holder",
     "records_from_journal",
     "register_version",
+    "report_page",
     "resolve_tracking_uri",
     "schema",
     "start_ui_server",
     "started_sweep",
     "stop_ui_server",
     "suggested_metric_key",
+    "sweep_view",
     "trial_shape",
     "ui_command",
 ]

@@ -101,11 +101,16 @@ VERSION_CONFIG_TAG = "tunetrain.config"  # JSON
 VERSION_CHECKPOINT_TAG = "tunetrain.checkpoint"  # the checkpoint folder it came from
 REGISTERED_MODEL_TAG = "tunetrain.registered_model"  # on the sweep's parent run: "NAME/VERSION"
 CHAMPION_ALIAS = "champion"  # the registered version a sweep's end may move to its best (--alias)
-# MLflow's own: the kind that makes MLflow 3's UI open an experiment on its training runs
-# (without it, the GenAI view of traces), and a run's description (markdown).
+# MLflow's own: the experiment's kind (MLflow 3's UI reads it only while its GenAI / Model
+# training switch is off: the switch's value, from the URL's workflowType or the browser's
+# storage, decides; see tracking/ui.py), and a run's description (markdown).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 RUN_NOTE_TAG = "mlflow.note.content"
+# MLflow 3's UI: an experiment tag that holds a runs-page view (filter, sort, columns) in
+# JSON, opened by the link's viewStateShareKey=KEY (its "Share" button writes the same).
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+REPORT_TAG = "tunetrain.report"  # the sweep's HTML report: its artifact path on the parent run
 BASELINE_TAG = "tunetrain.baseline"  # "true" on the baseline trial's run
 SEED_TAG = "tunetrain.seed"
 WORKER_SEEDS_TAG = "tunetrain.worker_seeds"  # each worker's seed, rank order

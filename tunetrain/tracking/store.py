@@ -22,6 +22,8 @@ from tunetrain.redaction import redact
 from tunetrain.tracking._common import _quiet_mlflow_logging, _trim, sqlite_path
 from tunetrain.tracking.schema import (
     PARENT_TAG,
+    REPORT_TAG,
+    RUN_NOTE_TAG,
     SMOKE_ITERATION_TAG,
     SMOKE_SHAPE_TAGS,
     SMOKE_STARTUP_TAG,
@@ -278,6 +280,24 @@ class SweepStore:
     def log_artifacts(self, run_id: str, files: Iterable[str | Path], *, artifact_path: str) -> None:
         for file in files:
             self._client.log_artifact(run_id, str(file), artifact_path=artifact_path)
+
+    def link_report(self, run_id: str, artifact: str) -> None:
+        """The sweep's HTML report one click from its parent run: the run's description (what
+        its page shows first) starts with a link to the artifact shown in place, and
+        :data:`REPORT_TAG` names it (what ``tunetrain ui`` links). A newer report's line
+        replaces the older one's."""
+        from tunetrain.tracking.ui import report_page
+
+        run = self._client.get_run(run_id)
+        note = run.data.tags.get(RUN_NOTE_TAG, "")
+        if note.startswith(_REPORT_LINE):
+            note = note.partition("\n\n")[2]
+        page = report_page(run.info.experiment_id, run_id, artifact).lstrip("/")
+        line = f"{_REPORT_LINE} [{artifact.rpartition('/')[2]}]({page})"
+        self.set_tags(run_id, {REPORT_TAG: artifact, RUN_NOTE_TAG: line + ("\n\n" + note if note else "")})
+
+
+_REPORT_LINE = "**Report:**"
 
 
 def _metric_points(
