@@ -322,3 +322,40 @@ def test_a_sweep_whose_trials_all_diverged_has_its_report_and_says_diverged_ever
     assert status == 0 and "3 trial(s) diverged" in (workdir / "again.html").read_text(), out
     status, out = run_cli("list")
     assert status == 0 and "all diverged" in out, out
+
+
+def test_confirm_says_a_tie_for_first_is_a_tie_not_a_win_or_a_loss() -> None:
+    import pandas as pd
+
+    from tunetrain.api._confirm import describe
+
+    def table(means: list[float]) -> pd.DataFrame:
+        rows = [{"trial": f"trial_000{i}", "original": 1.0, "mean": m, "std": 0.0, "min": m, "max": m, "seeds": 2}
+                for i, m in enumerate(means)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    said = describe(table([0.5, 0.5, 0.7]), original="s", metric="loss", mode="min", winner="trial_0001")
+    assert "The original winner, trial_0001, ties with trial_0000 (mean 0.5 each): it is kept" in said, said
+    assert "still wins" not in said and "does not hold" not in said
+    said = describe(table([0.5, 0.6]), original="s", metric="loss", mode="min", winner="trial_0000")
+    assert "trial_0000, still wins (mean 0.5)." in said
+    said = describe(table([0.5, 0.6]), original="s", metric="loss", mode="min", winner="trial_0001")
+    assert "does not hold: trial_0000 wins on the mean (0.5); trial_0001 is #2." in said
+
+
+def test_confirm_on_the_version_that_holds_the_alias_says_it_stays(tmp_path: Path, store_template: Path) -> None:
+    # Before: "-> version 1 (the confirmed winner; it was on version 1)": MLflow's version
+    # number (an int) was compared with tunetrain's (a str).
+    import shutil
+
+    from tunetrain.tracking.registry import RegisteredVersion, move_to_confirmed
+
+    shutil.copyfile(store_template, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("toy")
+    created = client.create_model_version("toy", source=str(tmp_path))
+    client.set_registered_model_alias("toy", "champion", created.version)
+    version = RegisteredVersion("toy", str(created.version), "models:/toy/1", "checkpoint")
+    said = move_to_confirmed(uri, version, "champion", confirmed_by="toy-confirm")
+    assert said == "models:/toy@champion stays on version 1, the confirmed winner's", said

@@ -103,7 +103,7 @@ def test_two_sweeps_at_once_from_two_processes_share_the_machines_one_ray(tmp_pa
     down = _finish(_tunetrain(tmp_path, "down"))
     assert f"Stopped the Ray at {shared_ray}." in down
     assert running_local_ray() is None
-    assert "no Ray running on this machine" in resolve_address(None)[1]
+    assert "no shared Ray on this machine" in resolve_address(None)[1]
 
 
 def test_up_refuses_bad_flags_before_starting_anything(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,3 +124,5 @@ def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
     assert status == 0, out
     assert "tunetrain: warning: another Ray runs on this machine (10.0.0.9:6379; another sweep's embedded Ray?)" in out
     assert "start it with `tunetrain up` before the sweeps" in out
+    # The Ray line after it does not say there is no Ray (before: "no Ray running on this machine").
+    assert "no shared Ray on this machine (`tunetrain up` starts one)" in out and "no Ray running" not in out, out

@@ -151,3 +151,13 @@ def test_the_baseline_is_the_centre_of_each_dimension_unless_named() -> None:
         spaces.baseline_point(space, {"width": 100})
     with pytest.raises(ExperimentError, match="names 'momentum', which is not a searched dimension"):
         spaces.baseline_point(space, {"momentum": 0.9})
+
+
+def test_the_centre_is_the_number_a_user_reads_not_floating_point_noise() -> None:
+    # Before: exp(mean of the logs) of (3e-4, 3e-2) printed and recorded as 0.002999999999999999.
+    from tunetrain.space import centre
+
+    assert centre(tune.loguniform(3e-4, 3e-2)) == 0.003
+    assert centre(tune.quniform(0.0, 0.6, 0.1)) == 0.3  # not 0.30000000000000004
+    assert centre(tune.qloguniform(1e-4, 1e-1, 1e-4)) == 0.0032
+    assert centre(tune.randint(1, 10)) == 5 and isinstance(centre(tune.randint(1, 10)), int)

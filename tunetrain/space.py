@@ -239,8 +239,12 @@ def centre(value: Any) -> Any:
     else:
         middle = (value.lower + upper) / 2
     if step is not None:
-        middle = min(max(round(middle / step) * step, value.lower), value.upper)
-    return round(middle) if integer else float(middle)
+        middle = round(middle / step) * step
+    if integer:
+        return round(middle)
+    # 12 significant digits: 0.003, not the 0.002999999999999999 that exp(mean of logs) or a
+    # multiple of a step gives (printed, recorded and compared as the value the user reads).
+    return min(max(float(f"{middle:.12g}"), value.lower), value.upper)
 
 
 def baseline_point(space: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:

@@ -231,15 +231,29 @@ def describe(table: pd.DataFrame, *, original: str, metric: str, mode: str, winn
     lines += ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) for row in [header, *rows]]
     if table.empty:
         lines.append("No confirming trial reported a finite value.")
-    elif str(table.iloc[0]["trial"]) == winner:
-        lines.append(f"The original winner, {winner}, still wins (mean {_fmt(table.iloc[0]['mean'])}).")
     else:
-        place = next((i + 1 for i, r in table.iterrows() if str(r["trial"]) == winner), None)
-        lines.append(
-            f"The original winner, {winner}, does not hold: {table.iloc[0]['trial']} wins on the mean "
-            f"({_fmt(table.iloc[0]['mean'])}); {winner} is " + (f"#{place}." if place else "without a finite value.")
-        )
+        lines.append(_verdict(table, winner))
     return "\n".join(lines)
+
+
+def _verdict(table: pd.DataFrame, winner: str) -> str:
+    """Whether the original winner still wins on the mean; a tie for first (equal means: the
+    table's order among them is no evidence) is said as one, never called a win or a loss."""
+    best = table.iloc[0]["mean"]
+    first = [str(r["trial"]) for _, r in table.iterrows() if r["mean"] == best]
+    if winner in first and len(first) > 1:
+        others = ", ".join(t for t in first if t != winner)
+        return (
+            f"The original winner, {winner}, ties with {others} (mean {_fmt(best)} each): it is kept, as a tie "
+            "does not overturn it."
+        )
+    if winner in first:
+        return f"The original winner, {winner}, still wins (mean {_fmt(best)})."
+    place = next((i + 1 for i, r in table.iterrows() if str(r["trial"]) == winner), None)
+    return (
+        f"The original winner, {winner}, does not hold: {table.iloc[0]['trial']} wins on the mean "
+        f"({_fmt(best)}); {winner} is " + (f"#{place}." if place else "without a finite value.")
+    )
 
 
 def _fmt(value: Any) -> str:

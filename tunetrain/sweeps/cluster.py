@@ -56,7 +56,9 @@ def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str 
             f"no {flag}, {ADDRESS_ENV} not set; Ray's address file names {stale}, where no Ray answers (stopped "
             "without `ray stop`), so not joined"
         )
-    return None, f"no {flag}, {ADDRESS_ENV} not set, no Ray running on this machine"
+    # "No shared Ray", not "no Ray": another sweep's embedded Ray may run here (never joined,
+    # and warned of before this line: the two must not contradict each other).
+    return None, f"no {flag}, {ADDRESS_ENV} not set, no shared Ray on this machine (`tunetrain up` starts one)"
 
 
 def running_local_ray() -> str | None:

@@ -213,7 +213,7 @@ def move_to_confirmed(tracking_uri: str, version: RegisteredVersion, alias: str,
         holder = client.get_model_version_by_alias(version.name, alias).version
     except mlflow.exceptions.MlflowException:  # no version holds it
         holder = None
-    if holder == version.version:
+    if holder is not None and str(holder) == str(version.version):  # MLflow's versions are strings here
         return f"models:/{version.name}@{alias} stays on version {version.version}, the confirmed winner's"
     was = f"; it was on version {holder}" if holder is not None else ""
     return set_alias(tracking_uri, version, alias) + f" (the confirmed winner{was})"
