@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,22 @@ def test_a_sweep_on_a_terminal_shows_a_progress_bar_with_its_eta(tmp_path: Path)
     bars = re.findall(r"(\d)/4 trials ended \|[^|]*\| \[(\d\d:\d\d)<([0-9:?]+)\], ([^\r\n]*)", out)
     assert bars and bars[-1][0] == "4" and "4 completed | best loss=" in bars[-1][3], out
     assert "\r" in out and " trials: " not in out  # no log lines on a terminal
+
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_the_bar_keeps_the_best_so_far_on_a_narrow_terminal(columns: int) -> None:
+    # Before: tqdm cut the line at the terminal's edge, and an 80-column terminal lost the best.
+    from tunetrain.sweeps.live import TerminalBar
+
+    out = io.StringIO()
+    bar = TerminalBar(total=9, stream=out, columns=columns)
+    view = LiveView(metric="val_loss", mode="min", total=9, stream=io.StringIO())
+    trials = [record(f"trial_000{i}", s, 2.444 + i) for i, s in enumerate(["running", "running", "completed"])]
+    trials += [record(f"trial_000{i}", "stopped_early", 3.0) for i in range(3, 7)]
+    bar.show(trials, view.states(trials))
+    shown = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", out.getvalue()).rsplit("\r", 1)[-1].strip()  # tqdm's last state
+    assert len(shown) <= columns, shown
+    assert "best val_loss=2.444" in shown, shown
+    if columns >= 160:  # room for everything, in the usual order
+        assert "2 pending, 2 running, 1 completed, 4 stopped early | best val_loss=2.444 (trial_0000)" in shown, shown
+    bar.close()

@@ -4,6 +4,7 @@ from its checkpoint), then a verdict per check (see :mod:`tunetrain.api.smoke_ch
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import sys
 from collections.abc import Mapping
@@ -105,15 +106,20 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
             # The latest, as a resumed or restarted trial would (Tune keeps it whatever the policy).
             latest = trial.checkpoints[-1]
             print(f"\nSmoke round trip: a new trial starts from {latest['path']}", file=out, flush=True)
+            # Its own sweep's console is kept back and shown only if the round trip fails: a
+            # trial with no step left is "failed" there, which the verdict below explains.
+            said = io.StringIO()
             restored = execute(
                 checks_of.restore_experiment(tiny),
                 name=f"{exp.name}-smoke-restore-{stamp}",
                 initial_checkpoint=latest["path"],
-                **common,
+                **{**common, "stream": said},
             ).ran
             if restored.parent_run_id:
                 store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})
             verdict = checks_of.round_trip_check(latest, restored)
+            if verdict.verdict == "FAIL":
+                print(said.getvalue(), file=out, end="", flush=True)
         checks.append(verdict)
         measured = checks_of.timings(trial, history)
         checks.append(checks_of.timing_check(measured))
@@ -124,7 +130,9 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
             )
     smoked = SmokeResult(checks=checks, sweep=result)
     failed = [c for c in checks if c.verdict == "FAIL"]
-    print(f"\nSmoke test of {exp.name} ({steps} steps):", file=out)
+    ran = trial.iterations if trial is not None else 0
+    print(f"\nSmoke test of {exp.name} ({ran} of {steps} steps ran):" if ran != steps else
+          f"\nSmoke test of {exp.name} ({steps} steps):", file=out)  # fmt: skip
     for check in checks:
         print(check.line(), file=out)
     print(

@@ -54,26 +54,45 @@ def _columns(stream: TextIO) -> int:
 
 class TerminalBar:
     """tqdm's bar: trials ended of the total, elapsed and ETA (tqdm's own rate), then the
-    states and the best so far. (Both faces: ``show(trials, states)``, ``close()``.)"""
+    states and the best so far. (Both faces: ``show(trials, states)``, ``close()``.) On a
+    narrow terminal (under 100 columns) the bar is shorter and the best so far goes first,
+    then what still fits (:func:`fit_states`): tqdm cuts a line at the terminal's edge, which
+    cut the best off on an 80-column terminal."""
 
-    def __init__(self, *, total: int, stream: TextIO) -> None:
+    def __init__(self, *, total: int, stream: TextIO, columns: int | None = None) -> None:
         from tqdm import tqdm
 
+        self._stream, self._columns = stream, columns
+        width = self._width()
+        self._bar_width = 20 if width >= 100 else 10
         self._bar = tqdm(
             total=total,
             file=stream,
             unit="trial",
             # The terminal's width as it changes; a terminal that reports no size (a pseudo-
             # terminal nobody sized) gets 100 x 24: tqdm hides a bar below a screen of 0 rows.
-            **({"dynamic_ncols": True} if _columns(stream) > 0 else {"ncols": 100, "nrows": 24}),
+            **(
+                {"ncols": columns, "nrows": 24}
+                if columns
+                else {"dynamic_ncols": True}
+                if _columns(stream) > 0
+                else {"ncols": 100, "nrows": 24}
+            ),
             mininterval=0.0,  # the live view throttles
             # tqdm puts ", " before a postfix it is given.
-            bar_format="{n_fmt}/{total_fmt} trials ended |{bar:20}| [{elapsed}<{remaining}]{postfix}",
+            bar_format="{n_fmt}/{total_fmt} trials ended |{bar:" + str(self._bar_width) + "}| "
+            "[{elapsed}<{remaining}]{postfix}",
         )
+
+    def _width(self) -> int:
+        return self._columns or _columns(self._stream) or 100
 
     def show(self, trials: list[TrialRecord], states: str) -> None:
         ended = sum(t.status in ENDED for t in trials)
-        self._bar.set_postfix_str(states, refresh=False)
+        # What the bar's own part takes: "9/9 trials ended |", the bar, "| [00:00<00:00]", ", ".
+        total = self._bar.total
+        taken = len(f"{total}/{total} trials ended |") + self._bar_width + len("| [00:00<00:00], ") + 1
+        self._bar.set_postfix_str(fit_states(states, self._width() - taken), refresh=False)
         if ended > self._bar.n:
             self._bar.update(ended - self._bar.n)  # refreshes (tqdm's rate follows the updates)
         else:
@@ -81,6 +100,20 @@ class TerminalBar:
 
     def close(self) -> None:
         self._bar.close()  # its last state stays on the screen
+
+
+def fit_states(states: str, width: int) -> str:
+    """``states`` (``2 running, 1 completed | best loss=0.3 (trial_0001)``) in ``width``
+    characters: whole if it fits, else the best first and the counts after it, else the best
+    alone, else the best without its trial's name, cut at the end as a last resort."""
+    counts, _, best = states.partition(" | ")
+    if len(states) <= width or not best:
+        return states if len(states) <= width else states[: max(width, 0)]
+    short = best.rsplit(" (", 1)[0]  # without "(trial_0001)"
+    for text in (f"{best} | {counts}", best, short):
+        if len(text) <= width:
+            return text
+    return short[: max(width, 0)]
 
 
 class NotebookDisplay:
