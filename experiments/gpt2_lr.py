@@ -70,6 +70,10 @@ def build_model(config: dict[str, Any], vocab_size: int) -> torch.nn.Module:
             n_embd=shape["n_embd"],
             n_layer=shape["n_layer"],
             n_head=shape["n_head"],
+            # Bytes, no special tokens: GPT-2's own ids (50256) lie outside a 256-byte vocabulary, and
+            # transformers warns of that on every load of the model (a registration, a replay).
+            bos_token_id=None,
+            eos_token_id=None,
         )
     )
 

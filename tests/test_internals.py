@@ -436,6 +436,14 @@ def test_local_ray_address_reads_the_address_ray_start_leaves_in_rays_temporary_
     assert after.stdout.strip() == "127.0.0.1:6390"
 
 
+def test_the_address_file_of_a_ray_started_with_its_own_temp_dir_is_in_that_folder(tmp_path: Path) -> None:
+    # `ray start --head --temp-dir=X` (tunetrain up) writes X/ray_current_cluster.
+    assert _internals.ray_address_file(str(tmp_path)) == str(tmp_path / "ray_current_cluster")
+    assert _internals.local_ray_address(str(tmp_path)) is None
+    (tmp_path / "ray_current_cluster").write_text("127.0.0.1:6391\n")
+    assert _internals.local_ray_address(str(tmp_path)) == "127.0.0.1:6391"
+
+
 def test_running_ray_instances_finds_the_gcs_of_the_ray_this_process_started(ray_up: None) -> None:
     import ray
 

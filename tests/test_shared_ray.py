@@ -101,7 +101,7 @@ def test_two_sweeps_at_once_from_two_processes_share_the_machines_one_ray(tmp_pa
     assert len(logs) == 1, logs  # one Ray session for both sweeps
 
     down = _finish(_tunetrain(tmp_path, "down"))
-    assert f"Stopped the Ray at {shared_ray}." in down
+    assert f"Stopped the Ray at {shared_ray} (" in down, down
     assert running_local_ray() is None
     assert "no shared Ray on this machine" in resolve_address(None)[1]
 
@@ -124,5 +124,56 @@ def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
     assert status == 0, out
     assert "tunetrain: warning: another Ray runs on this machine (10.0.0.9:6379; another sweep's embedded Ray?)" in out
     assert "start it with `tunetrain up` before the sweeps" in out
-    # The Ray line after it does not say there is no Ray (before: "no Ray running on this machine").
-    assert "no shared Ray on this machine (`tunetrain up` starts one)" in out and "no Ray running" not in out, out
+    # The Ray line a sweep prints after it does not say there is no Ray (before: "no Ray running
+    # on this machine").
+    said = resolve_address(None)[1]
+    assert "no shared Ray on this machine (`tunetrain up` starts one)" in said and "no Ray running" not in said
+
+
+def test_a_ray_another_user_started_is_not_joined_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the machine's one address file decided, whoever had started that Ray.
+    from ray._private.utils import get_ray_address_file
+
+    address_file = Path(get_ray_address_file(None))
+    before = address_file.read_text() if address_file.exists() else None
+    address_file.parent.mkdir(parents=True, exist_ok=True)
+    address_file.write_text("127.0.0.1:6390")  # what `ray start --head` of the file's owner wrote
+    try:
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(address_file).st_uid + 4242)  # someone else
+        address, said = resolve_address(None)
+        assert running_local_ray() is None and address is None
+        assert "names 127.0.0.1:6390, a Ray another user started (`ray start`), so not joined" in said, said
+        assert "(--address 127.0.0.1:6390 joins it)" in said
+    finally:
+        monkeypatch.undo()
+        if before is None:
+            address_file.unlink(missing_ok=True)
+        else:
+            address_file.write_text(before)
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray
+def test_down_stops_the_ray_up_started_and_no_other_ray_on_the_machine(tmp_path: Path) -> None:
+    # Before: `tunetrain down` was Ray's `ray stop`, which ends every Ray on the machine: another
+    # sweep's embedded one, another user's.
+    from tunetrain import _internals
+
+    embedded = subprocess.Popen(  # another process's embedded Ray, as a running sweep has
+        [sys.executable, "-c", "import ray, sys; ray.init(num_cpus=1); print('up', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert embedded.stdout is not None and embedded.stdout.readline().strip() == "up"
+        others = _internals.running_ray_instances()
+        up = _finish(_tunetrain(tmp_path, "up", "--num-cpus", "1", "--port", str(_free_port())))
+        address = running_local_ray()
+        assert address is not None and f"Ray is up at {address}" in up, up
+        assert _internals.running_ray_instances() == others | {address}
+        down = _finish(_tunetrain(tmp_path, "down"))
+        assert f"Stopped the Ray at {address} (" in down, down
+        assert running_local_ray() is None
+        assert _internals.running_ray_instances() == others  # the embedded Ray runs on
+        assert embedded.poll() is None
+    finally:
+        embedded.communicate("", timeout=120)

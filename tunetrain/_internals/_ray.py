@@ -29,18 +29,29 @@ def ray_logs_dir() -> str:
         return "/tmp/ray/session_latest/logs"
 
 
-def local_ray_address() -> str | None:
-    """The GCS address of the Ray that ``ray start --head`` last started on this machine (what
-    ``ray.init()`` with no address joins), or None; the caller checks that it still answers.
+def local_ray_address(temp_dir: str | None = None) -> str | None:
+    """The GCS address of the Ray that ``ray start --head`` last started on this machine with
+    this ``--temp-dir`` (None: Ray's default, what ``ray.init()`` with no address joins), or
+    None; the caller checks that it still answers.
 
-    Ray 2.60: ``ray._private.services.find_bootstrap_address(None)`` reads
-    ``ray_current_cluster`` in Ray's default temporary folder (``ray stop`` removes it).
-    Without it a sweep would not see the machine's running Ray and would start a second one.
+    Ray 2.60: ``ray._private.services.find_bootstrap_address(temp_dir)`` reads
+    ``ray_current_cluster`` in that temporary folder (``ray stop`` removes it). Without it a
+    sweep would not see the machine's running Ray and would start a second one.
     """
     from ray._private import services
 
-    address = services.find_bootstrap_address(None)
+    address = services.find_bootstrap_address(temp_dir)
     return str(address).strip() or None if address else None
+
+
+def ray_address_file(temp_dir: str | None = None) -> str:
+    """The file :func:`local_ray_address` reads (its owner is the user who started that Ray).
+
+    Ray 2.60: ``ray._private.utils.get_ray_address_file(temp_dir)``.
+    """
+    from ray._private.utils import get_ray_address_file
+
+    return str(get_ray_address_file(temp_dir))
 
 
 def running_ray_instances() -> set[str]:

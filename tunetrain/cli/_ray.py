@@ -15,7 +15,8 @@ def up_parser(subparsers: Any) -> None:
         help="start one Ray on this machine that every sweep here joins",
         description="Start Ray on this machine (Ray's `ray start --head`, its dashboard on 127.0.0.1) and leave it "
         "running: "
-        "every sweep, notebook and resume on this machine with no --address and no RAY_ADDRESS joins it (about "
+        "every sweep, notebook and resume of yours on this machine with no --address and no RAY_ADDRESS joins it "
+        "(about "
         "a second) instead of starting its own, and sweeps started side by side share its CPUs. "
         "`tunetrain down` stops it.",
     )
@@ -43,8 +44,9 @@ def down_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "down",
         help="stop the Ray `tunetrain up` started",
-        description="Stop the Ray that `tunetrain up` (or `ray start --head`) started on this machine, with Ray's "
-        "`ray stop`, which ends every Ray process on the machine, a running sweep's too.",
+        description="Stop the Ray that your `tunetrain up` started on this machine, and no other: its processes "
+        "(their command lines name its folder) and their workers. A Ray started by `ray start --head` is stopped "
+        "by `ray stop`, which ends every Ray of yours on the machine.",
     )
     parser.set_defaults(command=down_command)
 

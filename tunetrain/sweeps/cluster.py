@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -52,24 +53,50 @@ def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str 
     if (shared := running_local_ray()) is not None:
         return shared, "the Ray running on this machine, joined: `tunetrain up` or `ray start --head` started it"
     if (stale := _internals.local_ray_address()) is not None:
-        return None, (
-            f"no {flag}, {ADDRESS_ENV} not set; Ray's address file names {stale}, where no Ray answers (stopped "
-            "without `ray stop`), so not joined"
-        )
+        if _owner(None) != os.getuid():
+            return None, (
+                f"no {flag}, {ADDRESS_ENV} not set; Ray's address file names {stale}, a Ray another user started "
+                f"(`ray start`), so not joined ({flag} {stale} joins it)"
+            )
+        if unreachable(stale, timeout_s=1.0) is not None:
+            return None, (
+                f"no {flag}, {ADDRESS_ENV} not set; Ray's address file names {stale}, where no Ray answers "
+                "(stopped without `ray stop`), so not joined"
+            )
     # "No shared Ray", not "no Ray": another sweep's embedded Ray may run here (never joined,
     # and warned of before this line: the two must not contradict each other).
     return None, f"no {flag}, {ADDRESS_ENV} not set, no shared Ray on this machine (`tunetrain up` starts one)"
 
 
+def user_ray_dir() -> Path:
+    """The temporary folder of the Ray that this user's ``tunetrain up`` starts (Ray's
+    ``--temp-dir``): its address file, sessions and logs, apart from Ray's default folder and
+    from other users', so that only this user's sweeps find it and ``tunetrain down`` stops
+    it alone."""
+    return Path(tempfile.gettempdir()) / f"tunetrain-ray-{os.getuid()}"
+
+
+def _owner(temp_dir: str | None) -> int | None:
+    try:
+        return os.stat(_internals.ray_address_file(temp_dir)).st_uid
+    except OSError:
+        return None
+
+
 def running_local_ray() -> str | None:
-    """The address of the Ray that ``tunetrain up`` (or ``ray start --head``) started on this
-    machine, when it still answers; None otherwise. A sweep with no address joins it rather
-    than starting a second Ray beside it: Ray Train V2 needs one Ray per machine, and two
-    would each count the machine's CPUs as theirs (docs/cluster.md)."""
-    address = _internals.local_ray_address()
-    if address is None or unreachable(address, timeout_s=1.0) is not None:
-        return None  # none started, or stopped without `ray stop` (the file outlives it)
-    return address
+    """The address of this user's shared Ray on this machine, when it answers: the one this
+    user's ``tunetrain up`` started (in :func:`user_ray_dir`), else one this user started with
+    ``ray start --head`` (Ray's default folder); None otherwise. A sweep with no address joins
+    it rather than starting a second Ray beside it: Ray Train V2 needs one Ray per machine, and
+    two would each count the machine's CPUs as theirs (docs/cluster.md). Another user's Ray is
+    never joined without --address."""
+    for temp_dir in (str(user_ray_dir()), None):
+        address = _internals.local_ray_address(temp_dir)
+        if address is None or _owner(temp_dir) != os.getuid():
+            continue  # none started there, or another user's
+        if unreachable(address, timeout_s=1.0) is None:
+            return address  # (else stopped without `ray stop`: the file outlives it)
+    return None
 
 
 def other_rays() -> list[str]:
