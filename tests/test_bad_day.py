@@ -359,3 +359,18 @@ def test_confirm_on_the_version_that_holds_the_alias_says_it_stays(tmp_path: Pat
     version = RegisteredVersion("toy", str(created.version), "models:/toy/1", "checkpoint")
     said = move_to_confirmed(uri, version, "champion", confirmed_by="toy-confirm")
     assert said == "models:/toy@champion stays on version 1, the confirmed winner's", said
+
+
+def test_ctrl_c_while_ray_starts_promises_no_resume(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: "interrupted; exiting now (tunetrain resume / sync finish the record)", with nothing to resume.
+    from tunetrain.sweeps import cluster
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster, "connect", ctrl_c)  # Ctrl+C during ray.init
+    path = write_experiment(workdir, QUICK.replace("SPACE", '{"x": tune.uniform(0, 1)}').replace("DEFAULTS", "{}"))
+    status, out = run_cli("sweep", str(path), "--no-report", "--no-register")
+    assert status == 130, out
+    assert "interrupted while Ray started: nothing was trained or recorded; nothing to resume." in out, out
+    assert "resume" not in out.replace("nothing to resume", ""), out

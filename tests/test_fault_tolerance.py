@@ -396,7 +396,7 @@ def test_a_tracking_server_outage_loses_and_doubles_nothing(workdir: Path) -> No
         server, _ = start_ui_server(backend, port=port, artifacts_destination=artifacts)  # it is back
         out, _ = process.communicate(timeout=300)
         assert process.returncode == 0, out
-        assert "is unreachable" in out and "is back after" in out, out
+        assert "is unreachable" in out and "takes records again after" in out, out
         parent_run_id = Journal.read(journal).parent_run_id
         assert parent_run_id is not None
         # The record equals an undisturbed sweep's: six runs, each step once, all finished.

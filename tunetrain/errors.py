@@ -13,3 +13,8 @@ class ExperimentError(ValueError):
         self.message = message
         self.fix = fix
         super().__init__(message if fix is None else f"{message}\n  Fix: {fix}")
+
+
+class InterruptedBeforeStart(KeyboardInterrupt):
+    """Ctrl+C (or SIGTERM, SIGHUP) while a new sweep's Ray started, before it recorded
+    anything: there is nothing to resume, and the CLI says so (exit 130)."""

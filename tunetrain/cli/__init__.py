@@ -18,7 +18,7 @@ from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
 from tunetrain.cli._ray import down_parser, up_parser
 from tunetrain.cli._run import doctor_parser, replay_parser, resume_parser, sweep_parser, sync_parser
-from tunetrain.errors import ExperimentError
+from tunetrain.errors import ExperimentError, InterruptedBeforeStart
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +65,11 @@ def main(argv: Sequence[str] | None = None, *, stream: TextIO | None = None) -> 
     except ExperimentError as exc:
         print(f"tunetrain: error: {exc}", file=sys.stderr if stream is None else out, flush=True)
         return EXIT_BAD_INPUT
+    except InterruptedBeforeStart:
+        print(
+            "\ntunetrain: interrupted while Ray started: nothing was trained or recorded; nothing to resume.", file=out
+        )
+        return 130
     except KeyboardInterrupt:
         # Ctrl+C outside a sweep's trials, or a second one while the first one's clean-up
         # runs: stop now. Every record is in the sweep's journal; `tunetrain resume` or

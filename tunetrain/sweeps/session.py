@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tunetrain import space as spaces
-from tunetrain.errors import ExperimentError
+from tunetrain.errors import ExperimentError, InterruptedBeforeStart
 from tunetrain.experiment import Experiment
 from tunetrain.records import sweep_command
 from tunetrain.redaction import redact
@@ -144,9 +144,14 @@ def _run(
     log_dir = plan.local_dir / "logs"
     # While Ray starts; not for a recorder of the caller's (recording off opens no store).
     opening = tracking.open_in_background(where.tracking_uri) if recorder is None else None
-    ray_logs = cluster.connect(where.address, log_dir=log_dir)
-    if opening is not None:
-        opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
+    try:
+        ray_logs = cluster.connect(where.address, log_dir=log_dir)
+        if opening is not None:
+            opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
+    except KeyboardInterrupt:
+        if resume is None:  # nothing journaled yet: no resume to promise
+            raise InterruptedBeforeStart from None
+        raise
     print(
         f"Ray: {where.address or 'embedded'} ({where.address_source}); logs: {ray_logs} "
         f"(driver log: {log_dir / 'ray_driver.log'})",

@@ -193,9 +193,17 @@ class SweepRecorder(_StoreWrites):
                 continue
             self._progress.doubtful = False
             if self._outage_since is not None:
+                # "Back" is the store's state only: a journal whose disk is full is said too, as
+                # the disk that filled may be the store's (a sqlite file beside the journal).
+                journal = (
+                    f" The tracking journal's disk still refuses its copy ({self.journal_error})."
+                    if self._journal_said
+                    else ""
+                )
                 self._say(
-                    f"tunetrain: the MLflow store is back after {time.monotonic() - self._outage_since:.0f} s; "
-                    "the records kept meanwhile are being written."
+                    f"tunetrain: the MLflow store takes records again after "
+                    f"{time.monotonic() - self._outage_since:.0f} s; the records kept meanwhile are being written."
+                    + journal
                 )
                 self._outage_since = None
             return True
