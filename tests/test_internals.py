@@ -4,6 +4,7 @@ moves or changes one of their private APIs fails here first, in the test named a
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import subprocess
@@ -449,3 +450,27 @@ def test_running_ray_instances_finds_the_gcs_of_the_ray_this_process_started(ray
 
     address = ray.get_runtime_context().gcs_address
     assert address in _internals.running_ray_instances()
+
+
+def test_repair_torn_tune_state_takes_the_drivers_whole_copy_else_sets_the_cut_one_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "tmp"))
+    sweep = tmp_path / "results" / "s1"
+    sweep.mkdir(parents=True)
+    (sweep / "experiment_state-2026-12-03_10-00-00.json").write_text('{"trial_data": []}')  # a session before
+    cut = sweep / "experiment_state-2026-12-03_11-00-00.json"
+    cut.write_text("")  # what a kill during Tune's copy leaves (pyarrow truncates first)
+    assert _internals.repair_torn_tune_state(str(sweep)) is not None  # no copy: set aside
+    assert not cut.exists() and (sweep / f"{cut.name}.torn").exists()
+    assert str(_find_newest_experiment_checkpoint(str(sweep))).endswith("10-00-00.json")
+    cut.write_text('{"trial_data": [')  # cut mid-write, with the driver's staging copy whole
+    staging = tmp_path / "tmp" / "ray" / "session_x" / "artifacts" / "2026" / "s1" / "driver_artifacts"
+    staging.mkdir(parents=True)
+    (staging / cut.name).write_text('{"trial_data": [], "runner_data": {}}')
+    said = _internals.repair_torn_tune_state(str(sweep))
+    assert said is not None and "complete copy" in said
+    assert json.loads(cut.read_text()) == {"trial_data": [], "runner_data": {}}
+    assert _internals.repair_torn_tune_state(str(sweep)) is None  # whole: left alone

@@ -259,6 +259,50 @@ class RecordsExploits:
         raise NotImplementedError
 
 
+def repair_torn_tune_state(sweep_dir: str) -> str | None:
+    """Before Tune restores a sweep: a newest saved experiment state that is not whole JSON
+    is replaced by the driver's complete copy, or else set aside (Tune then restores the
+    session before). Returns what was done, or None when the state was whole.
+
+    Ray 2.60: the driver writes ``experiment_state-<session>.json`` into its staging folder
+    (``<Ray's temp>/session_*/artifacts/*/<sweep>/driver_artifacts``) and a background
+    syncer copies it to the sweep's folder with ``pyarrow.fs.copy_files``, which truncates
+    the file first: a driver killed during the copy (once a second here) leaves it empty or
+    cut, and ``tunetrain resume`` failed with "JSONDecodeError: Expecting value". The staging
+    copy is whole unless the kill came during its own write, when the synced one is the one
+    before. Found with Tune's private ``_find_newest_experiment_checkpoint``.
+    """
+    import glob
+    import shutil
+    import tempfile
+
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(sweep_dir)
+    if newest is None or _whole_json(newest):
+        return None
+    name, sweep = os.path.basename(newest), os.path.basename(os.path.normpath(sweep_dir))
+    # Ray's temporary folders: <tmp>/ray (an embedded Ray), <tmp>/tunetrain-ray-<uid> (tunetrain up).
+    staged = os.path.join("session_*", "artifacts", "*", sweep, "driver_artifacts", name)
+    found = glob.glob(os.path.join(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(), "*", staged))
+    copies = sorted(set(found), key=os.path.getmtime, reverse=True)
+    for copy in copies:
+        if _whole_json(copy):
+            shutil.copyfile(copy, newest + ".part")
+            os.replace(newest + ".part", newest)
+            return f"Tune's saved state {name} was cut by the kill; its driver's complete copy ({copy}) replaces it."
+    os.replace(newest, newest + ".torn")
+    return f"Tune's saved state {name} was cut by the kill and no complete copy is left: set aside as {name}.torn."
+
+
+def _whole_json(path: str) -> bool:
+    try:
+        json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def read_tune_checkpoints(sweep_dir: str) -> dict[str, str | None]:
     """Trial id -> the latest checkpoint that Tune's newest saved experiment state of the
     sweep names (what Tune restores the trial from); {} when there is no saved state."""

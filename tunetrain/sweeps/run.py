@@ -57,7 +57,8 @@ def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) 
 def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecord]) -> list[str]:
     """Before Tune restores a sweep: each unfinished trial whose latest checkpoint, as Tune's
     saved state names it, is gone goes on from the newest checkpoint the journal recorded
-    that still exists (else from the start). Returns a line per trial changed.
+    that still exists (else from the start); a saved state cut by the kill is repaired first.
+    Returns a line per change.
 
     Tune deletes a trial's older checkpoints as newer ones arrive, but saves its state at
     most once a second: a sweep killed in between leaves a state naming a deleted checkpoint
@@ -65,6 +66,7 @@ def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecor
     """
     if Storage(sweep_dir).is_uri:  # a cloud store: left to Tune
         return []
+    repaired = _internals.repair_torn_tune_state(sweep_dir)  # a kill during Tune's copy of its state
 
     def choose(trial_id: str, missing: str) -> tuple[str, int] | None:
         record = journaled.get(trial_id)
@@ -76,7 +78,7 @@ def point_at_kept_checkpoints(sweep_dir: str, journaled: Mapping[str, TrialRecor
         newest = max(kept, key=lambda c: int(c["step"]))
         return str(newest["path"]), int(newest["step"])
 
-    lines = []
+    lines = [repaired] if repaired else []
     for trial_id, missing, choice in _internals.retarget_tune_checkpoints(sweep_dir, choose):
         name, gone = journaled[trial_id].name, os.path.basename(missing)
         if choice is None:
