@@ -160,8 +160,13 @@ def test_a_sweep_opens_as_training_runs_describes_its_best_and_moves_champion_to
     assert experiment is not None
     # MLflow 3's UI opens the experiment on its training runs, not on the GenAI traces view.
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    # The parent run's description: the best trial (linked), its value and config, the model.
+    # The parent run's description: the report's link once one is logged, the best trial
+    # (linked), its value and config, the model.
     note = sweep.tags["mlflow.note.content"]
+    if "tunetrain.report" in sweep.tags:  # (another test of the session may have written a report)
+        report = f"**Report:** [{sweep.tags['tunetrain.report'].rpartition('/')[2]}]("
+        assert note.startswith(report), note
+        note = note.partition("\n\n")[2]
     best, best_run = sweep.tags["tunetrain.best_trial"], sweep.tags["tunetrain.best_run_id"]
     assert note.startswith(f"**Best trial:** [{best}](#/experiments/{experiment.experiment_id}/runs/{best_run}), ")
     assert json.loads(note.split("```json\n")[1].split("\n```")[0]) == json.loads(sweep.tags["tunetrain.best_config"])
