@@ -113,6 +113,7 @@ def test_up_refuses_bad_flags_before_starting_anything(capsys: pytest.CaptureFix
     assert "--port must be a TCP port, from 1 to 65535, but got 70000." in capsys.readouterr().err
 
 
+@pytest.mark.own_ray  # resolve_address says what a process without a Ray finds
 def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
     assert "no shared Ray on this machine (`tunetrain up` starts one)" in said and "no Ray running" not in said
 
 
+@pytest.mark.own_ray  # resolve_address says what a process without a Ray finds
 def test_a_ray_another_user_started_is_not_joined_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: the machine's one address file decided, whoever had started that Ray.
     from ray._private.utils import get_ray_address_file
