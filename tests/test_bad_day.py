@@ -374,3 +374,29 @@ def test_ctrl_c_while_ray_starts_promises_no_resume(workdir: Path, monkeypatch: 
     assert status == 130, out
     assert "interrupted while Ray started: nothing was trained or recorded; nothing to resume." in out, out
     assert "resume" not in out.replace("nothing to resume", ""), out
+
+
+def test_ray_datas_messages_go_to_the_sweeps_log_not_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: "The Ray cluster currently does not have any available CPUs. The Dataset job
+    # will hang ..." on a sweep's console (Ray Data's own console handler, not propagated).
+    import logging
+
+    import ray.data  # noqa: F401  # imported first, as an experiment file that builds datasets does
+
+    from tunetrain.sweeps.cluster import quiet_ray_data
+
+    monkeypatch.delenv("RAY_DATA_LOGGING_CONFIG", raising=False)
+    quiet_ray_data(tmp_path)
+    quiet_ray_data(tmp_path)  # a second sweep in the process: one handler, not two
+    logging.getLogger("ray.data").warning("The Dataset job will hang")
+    for handler in logging.getLogger("ray.data").handlers:
+        handler.flush()
+    assert "will hang" not in capsys.readouterr().err
+    assert (tmp_path / "ray_data.log").read_text().count("The Dataset job will hang") == 1
+    import json
+    import os
+
+    config = json.loads(Path(os.environ["RAY_DATA_LOGGING_CONFIG"]).read_text())  # for a later import
+    assert config["loggers"]["ray.data"]["handlers"] == ["file"]

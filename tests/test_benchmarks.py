@@ -44,3 +44,16 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
     ):
         assert f"## {title}" in text, title
     assert text.count("**Met:") + text.count("**Not met:") >= 14
+
+
+def test_the_curves_recording_runs_its_two_sweeps_per_problem(tmp_path: Path) -> None:
+    # The shipped curves' regeneration command, at 2 epochs of 4 configs (--smoke).
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "record_curves.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for problem in ("digits", "mnist1d"):
+        assert f"curves_{problem}.json.gz: 8 curves; curves_{problem} " in proc.stdout, proc.stdout

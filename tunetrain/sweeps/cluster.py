@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -223,9 +224,53 @@ def use_cluster_token() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
+_PLAIN = {"formatter": "plain"}
+# The RAY_DATA_LOGGING_CONFIG this process set (a user's own is left alone).
+_ray_data_config_set: list[str] = []
+
+
+def quiet_ray_data(log_dir: Path) -> None:
+    """Ray Data's messages to ``log_dir/ray_data.log`` instead of the console ("The Ray
+    cluster currently does not have any available CPUs. The Dataset job will hang..." while
+    trials hold every CPU, on a sweep's console). Ray Data gives its "ray.data" logger a
+    console handler of its own, not propagated to "ray", when it is imported: its documented
+    switch, ``RAY_DATA_LOGGING_CONFIG``, names a config with a file handler only (read at
+    that import), and a "ray.data" logger already configured loses its console handlers now."""
+    import json
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    target = log_dir / "ray_data.log"
+    if os.environ.get("RAY_DATA_LOGGING_CONFIG") in (None, *_ray_data_config_set):
+        config = log_dir / "ray_data_logging.yaml"  # JSON is YAML, which Ray Data reads
+        config.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "disable_existing_loggers": False,
+                    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+                    "handlers": {
+                        "file": {"class": "logging.FileHandler", "filename": str(target), "formatter": "plain"}
+                    },
+                    "loggers": {"ray.data": {"level": "INFO", "handlers": ["file"], "propagate": False}},
+                }
+            )
+        )
+        os.environ["RAY_DATA_LOGGING_CONFIG"] = str(config)
+        _ray_data_config_set.append(str(config))
+    if "ray.data" in sys.modules:  # imported (by the experiment file) before this sweep's config
+        logger = logging.getLogger("ray.data")
+        for old in list(logger.handlers):
+            if not isinstance(old, logging.FileHandler) or old.baseFilename == str(target.resolve()):
+                logger.removeHandler(old)
+        handler = logging.FileHandler(target)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
 def _route_ray_logging(path: Path) -> None:
     """Send Ray's Python loggers (and warnings) to a file instead of the console."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    quiet_ray_data(path.parent)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.captureWarnings(True)
