@@ -71,6 +71,23 @@ class Table:
         gaps = sorted(abs(firsts[self._point(r["config"])] - r["val_loss"][-1]) for r in self.repeats)
         return gaps[len(gaps) // 2] if gaps else math.nan
 
+    def rung_correlation(self, epoch: int) -> float:
+        """Spearman's rank correlation, over the grid, between the val_loss after ``epoch`` and
+        the final one: how well stopping at that epoch ranks configurations (1: perfectly;
+        low or negative: the low fidelity misleads)."""
+        from scipy.stats import spearmanr
+
+        early = [r["val_loss"][epoch - 1] for r in self.rows]
+        final = [r["val_loss"][self.max_t - 1] for r in self.rows]
+        return float(spearmanr(early, final).statistic)
+
+    def regret_choosing_at(self, epoch: int) -> float:
+        """The final val_loss of the config that is best after ``epoch``, less the best final
+        one: what keeping only the leader at that epoch costs (Egele et al. 2023's i-Epoch
+        with k=1, over the whole grid)."""
+        leader = min(self.rows, key=lambda r: r["val_loss"][epoch - 1])
+        return float(leader["val_loss"][self.max_t - 1]) - min(float(r["val_loss"][self.max_t - 1]) for r in self.rows)
+
     def problem(self, name: str) -> sim.Problem:
         def value(config: Mapping[str, Any], i: int) -> float:
             return float(self.row(config)["val_loss"][i - 1])

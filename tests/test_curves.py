@@ -44,6 +44,8 @@ def test_a_recorded_table_is_a_problem_whose_suggestions_snap_to_the_grid(tmp_pa
     assert problem.value({"lr": 0.004, "width": 20, "opt": "adam"}, 2) == pytest.approx(1e-2 * 16 / 2)
     assert problem.cost({"lr": 0.002, "width": 20, "opt": "sgd"}, 3) == 0.75
     assert table.noise_floor() == pytest.approx(0.125)
+    # sgd's curves (9, 8, 7) rank last at every epoch, adam's in the same order: a perfect rung.
+    assert table.rung_correlation(1) == pytest.approx(1.0) and table.regret_choosing_at(1) == 0.0
     with pytest.raises(KeyError):
         problem.value({"lr": 0.01, "width": 8, "opt": "rmsprop"}, 1)
 
