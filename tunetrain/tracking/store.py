@@ -288,11 +288,11 @@ class SweepStore:
         replaces the older one's."""
         from tunetrain.tracking.ui import report_page
 
-        run = self._client.get_run(run_id)
-        note = run.data.tags.get(RUN_NOTE_TAG, "")
+        run = self.run(run_id)  # read now: the description may have changed since the sweep was loaded
+        note = run.tags.get(RUN_NOTE_TAG, "")
         if note.startswith(_REPORT_LINE):
             note = note.partition("\n\n")[2]
-        page = report_page(run.info.experiment_id, run_id, artifact).lstrip("/")
+        page = report_page(run.experiment_id, run_id, artifact).lstrip("/")
         line = f"{_REPORT_LINE} [{artifact.rpartition('/')[2]}]({page})"
         self.set_tags(run_id, {REPORT_TAG: artifact, RUN_NOTE_TAG: line + ("\n\n" + note if note else "")})
 
