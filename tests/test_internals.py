@@ -474,3 +474,24 @@ def test_repair_torn_tune_state_takes_the_drivers_whole_copy_else_sets_the_cut_o
     assert said is not None and "complete copy" in said
     assert json.loads(cut.read_text()) == {"trial_data": [], "runner_data": {}}
     assert _internals.repair_torn_tune_state(str(sweep)) is None  # whole: left alone
+
+
+def test_a_torn_pickled_error_reads_as_absent_and_a_whole_one_loads(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    import cloudpickle
+    import pyarrow.fs
+    from ray.tune.experiment.trial import Trial
+
+    _internals.torn_error_file_reads_as_absent()
+    _internals.torn_error_file_reads_as_absent()  # idempotent: wrapped once
+    whole = cloudpickle.dumps(ValueError("the trial's error"))
+    trial: Any = SimpleNamespace(
+        run_metadata=SimpleNamespace(pickled_error_filename="error.pkl"),
+        storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(tmp_path)),
+    )
+    (tmp_path / "error.pkl").write_bytes(whole)
+    loaded = Trial.get_pickled_error(trial)
+    assert isinstance(loaded, ValueError) and str(loaded) == "the trial's error"
+    (tmp_path / "error.pkl").write_bytes(whole[: len(whole) // 2])  # a full disk cut the write short
+    assert Trial.get_pickled_error(trial) is None

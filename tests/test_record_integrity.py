@@ -430,15 +430,22 @@ from ray import tune
 from tunetrain import Experiment, StopRule
 
 
+def fill(disk):
+    # A new file each time: what Ray's own writes freed since (a file truncated then cut short
+    # by the full disk) is taken again, so the disk stays full for every later report.
+    with open(os.path.join(disk, f"filler-{os.getpid()}-{os.urandom(4).hex()}"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\\0" * 2**12)
+        except OSError:
+            pass
+
+
 def loop(config):
     for step in range(4):
-        if step == 2 and config["x"] == 1 and config["disk"]:  # the disk fills mid-sweep (a checkpoint, ...)
-            with open(os.path.join(config["disk"], "filler"), "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\\0" * 2**20)
-                except OSError:
-                    pass
+        disk = config["disk"]
+        if disk and ((step == 2 and config["x"] == 1) or any(n.startswith("filler") for n in os.listdir(disk))):
+            fill(disk)  # the disk fills mid-sweep (a checkpoint, ...) and stays full
         ray.train.report({"loss": config["x"] / (step + 1)})
 
 

@@ -192,6 +192,33 @@ def host_oom_fails_the_trial() -> None:
     RayActorManager._actor_task_failed = _actor_task_failed  # type: ignore[method-assign]
 
 
+def torn_error_file_reads_as_absent() -> None:
+    """Make a trial's pickled error that does not load read as absent, so Tune falls back to
+    the error's text file instead of ending ``Tuner.fit``.
+
+    Ray 2.60: after every trial ended, ``Tuner.fit`` builds its ``ResultGrid``, which calls the
+    private ``Trial.get_pickled_error`` of each errored trial: ``cloudpickle.loads`` of the
+    ``error.pkl`` Tune wrote to the sweep's storage. On a full disk Tune's write of that file
+    is cut short, and ``UnpicklingError`` escaped ``Tuner.fit`` with a traceback after the
+    sweep had run (issue 39's full disk). tunetrain reads its trials' errors from its own
+    record, not from the grid. Idempotent; the driver's process only.
+    """
+    from ray.tune.experiment.trial import Trial
+
+    original = Trial.get_pickled_error
+    if getattr(original, "_tunetrain_torn", False):
+        return
+
+    def get_pickled_error(self: Any) -> Exception | None:
+        try:
+            return original(self)
+        except Exception:  # a torn pickle raises EOFError, UnpicklingError, ValueError, ...
+            return None
+
+    get_pickled_error._tunetrain_torn = True  # type: ignore[attr-defined]
+    Trial.get_pickled_error = get_pickled_error  # type: ignore[method-assign]
+
+
 def stop_before_start(controller: Any, trial: Any) -> None:
     """Stop a trial that never started (a budget refused it), from a scheduler's
     ``choose_trial_to_run``.

@@ -171,6 +171,7 @@ def connect(address: str | None, *, log_dir: Path) -> str:
     _keep_sigterm_handler(sigterm)
     _internals.route_raylet_messages(logging.getLogger("ray.raylet_messages"))
     _internals.host_oom_fails_the_trial()  # Ray's memory monitor killing one trial ends that trial
+    _internals.torn_error_file_reads_as_absent()  # a full disk's cut error.pkl never ends Tuner.fit
     return _internals.ray_logs_dir()
 
 
