@@ -22,7 +22,7 @@ import _simulated as sim  # benchmarks/ is on the path, as for the other scripts
 from ray import tune
 
 DATA = Path(__file__).resolve().parent / "data"
-PROBLEMS = ("digits", "mnist1d")
+PROBLEMS = ("digits", "mnist1d", "chars")
 
 
 def load(problem: str, folder: Path = DATA) -> dict[str, Any]:
@@ -64,6 +64,11 @@ class Table:
                 space[key] = tune.uniform(min(values), max(values))
         return space
 
+    def median_trial_s(self) -> float:
+        """The median over the grid of a config's total recorded epoch time (its full trial)."""
+        totals = sorted(sum(r["epoch_s"][: self.max_t]) for r in self.rows)
+        return float(totals[len(totals) // 2])
+
     def noise_floor(self) -> float:
         """The median absolute difference of the final val_loss between the two seeds of a
         config (the sub-grid recorded twice): regrets below it are not told apart."""
@@ -100,7 +105,7 @@ class Table:
 
 
 def curve_problem(name: str, folder: Path = DATA) -> sim.Problem:
-    """The recorded problem ``name`` (digits, mnist1d) for the simulated backend."""
+    """The recorded problem ``name`` (digits, mnist1d, chars) for the simulated backend."""
     return Table(load(name, folder)).problem(name)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Record real learning curves for the search benchmark (issue 40), once, and ship them.
 
-    python benchmarks/record_curves.py [--problems digits mnist1d] [--smoke]
+    python benchmarks/record_curves.py [--problems digits mnist1d chars] [--smoke]
 
 For each problem, its experiment under benchmarks/experiments/curves_<problem>.py is swept
 by tunetrain itself (every config of its grid, FIFO, 2 trials side by side on 2 CPUs, as
@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROBLEMS = ("digits", "mnist1d")
+PROBLEMS = ("digits", "mnist1d", "chars")
 
 
 def sweep(problem: str, folder: Path, *, repeat: bool, smoke: bool) -> tuple[str, float]:

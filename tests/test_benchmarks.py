@@ -55,5 +55,5 @@ def test_the_curves_recording_runs_its_two_sweeps_per_problem(tmp_path: Path) ->
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for problem in ("digits", "mnist1d"):
+    for problem in ("digits", "mnist1d", "chars"):
         assert f"curves_{problem}.json.gz: 8 curves; curves_{problem} " in proc.stdout, proc.stdout
