@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy.stats import spearmanr
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
 from tests.test_sweep import by_status, sweep_runs
@@ -117,7 +118,7 @@ def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
     path = checkpointing(workdir, space="tune.uniform(0.0, 1.0)", samples=12, iterations=8)
     status, out = run_cli("sweep", str(path), "--scheduler", "asha", "--searcher", "random", "--no-report")
     assert status == 0, out
-    client, _, children = sweep_runs(workdir, "contract")
+    client, parent, children = sweep_runs(workdir, "contract")
     stopped = [r for r in children if r.data.tags["tunetrain.status"] == "stopped_early"]
     assert stopped, _iterations(children)
     for run in stopped:
@@ -125,6 +126,17 @@ def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
         # grace 1, reduction factor 2, max_t 8: rungs at 1, 2 and 4 iterations; the recorded
         # steps of a stopped trial end exactly on one of them.
         assert steps == list(range(1, len(steps) + 1)) and steps[-1] in (1, 2, 4)
+    # How well each rung ranked the trials as the next did, from the trials' recorded values.
+    histories = [{m.step: m.value for m in client.get_metric_history(run.info.run_id, "loss")} for run in children]
+    measured = json.loads(parent.data.tags["tunetrain.rung_ranking"])
+    assert [(m["rung"], m["next"]) for m in measured] == [(1, 2), (2, 4), (4, 8)]
+    for m in measured:
+        pairs = [(h[m["rung"]], h[m["next"]]) for h in histories if m["rung"] in h and m["next"] in h]
+        assert m["trials"] == len(pairs)
+        if len(pairs) >= 5:
+            rho = spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
+            assert m["rho"] == pytest.approx(rho)
+    assert "Early stopping: how each rung ranks the trials" in out and "iteration 1 -> 2: " in out, out
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from tunetrain.rungs import RungRanking
 from tunetrain.storage import Storage
 
 TrialStatus = Literal[
@@ -67,6 +68,8 @@ class TrialRecord:
     # and when it started running in this one: its duration leaves out the time in between.
     ran_s: float = 0.0
     running_since: float = 0.0
+    # The sweep's metric at each iteration reported (tunetrain.rungs measures early stopping on it).
+    values: dict[int, float] = dataclasses.field(default_factory=dict)
 
     def ended(self, status: TrialStatus, end_time: float, error: str | None = None) -> None:
         """The trial ended (in this session): its status, and the time it ran is added up."""
@@ -83,6 +86,7 @@ class TrialRecord:
         self.iterations = step
         self.last = metrics
         if metric in metrics:
+            self.values[step] = metrics[metric]
             self.observe(mode, metrics[metric])
 
     def checkpointed(self, path: str, *, score: str) -> None:
@@ -227,6 +231,9 @@ class SweepOutcome:
     record_error: str | None = None
     # Why the sweep's journal (its local copy of the record) could not be written, if so.
     journal_error: str | None = None
+    # Under ASHA: how well each rung ranked the trials as the next did, and the first rung.
+    rung_rankings: list[RungRanking] = dataclasses.field(default_factory=list)
+    grace_period: int = 1
 
     @property
     def best(self) -> TrialRecord | None:

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from tunetrain import rungs
 from tunetrain.records import HOST_OOM, SweepOutcome, TrialRecord, error_headline, rank_trials, sweep_command
 from tunetrain.redaction import redact
 from tunetrain.space import flatten
@@ -163,6 +164,8 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         lines.append(f"No trial reported a finite {outcome.metric}{why}.")
     if (versus := outcome.versus_baseline()) is not None:
         lines.append(versus)
+    if any(r.trials for r in outcome.rung_rankings):
+        lines += ["", *rungs.summary_lines(outcome.rung_rankings, grace_period=outcome.grace_period)]
     if len(outcome.objectives) > 1:
         lines.append("")
         names = [f"{metric} ({mode})" for metric, mode in outcome.objectives]

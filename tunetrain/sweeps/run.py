@@ -16,6 +16,7 @@ from ray.tune.search import ConcurrencyLimiter
 from tunetrain import _internals, tracking
 from tunetrain import space as spaces
 from tunetrain.algorithms import (
+    asha_rungs,
     build_scheduler,
     build_searcher,
     searcher_live_limit,
@@ -24,6 +25,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
 from tunetrain.redaction import redact
+from tunetrain.rungs import rung_rankings
 from tunetrain.storage import Storage
 from tunetrain.sweeps.callback import SweepCallback
 from tunetrain.sweeps.console import LiveView
@@ -158,10 +160,23 @@ def run_sweep(
             storage_path=f"{plan.storage_path}/{plan.sweep_name}",
             stop_reason=gate.reason if gate is not None and gate.refused else "",
             searched=spaces.free_dimensions(exp.space),
+            **_early_stopping(exp, records),
         )
         _close_record(plan, outcome, opened, crashed=crashed, stream=stream)
         outcome.sweep_s = time.perf_counter() - started
     return outcome
+
+
+def _early_stopping(exp: Experiment, records: list[TrialRecord]) -> dict[str, Any]:
+    """Under ASHA, how well each of its rungs ranked the sweep's trials (tunetrain.rungs)."""
+    asha = asha_rungs(exp)
+    if asha is None:
+        return {}
+    rungs, max_t = asha
+    return {
+        "rung_rankings": rung_rankings([r.values for r in records], rungs, max_t),
+        "grace_period": rungs[0] if rungs else 1,
+    }
 
 
 @dataclasses.dataclass

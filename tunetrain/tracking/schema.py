@@ -55,6 +55,8 @@ TRIALS_STATUS_PREFIX = "tunetrain.trials."  # + status: how many trials ended so
 BEST_RUN_ID_TAG = "tunetrain.best_run_id"
 BEST_TRIAL_TAG = "tunetrain.best_trial"
 BEST_CONFIG_TAG = "tunetrain.best_config"  # JSON
+# ASHA's rungs ranked against the next: JSON [{"rung", "next", "trials", "rho"}, ...] (tunetrain.rungs)
+RUNG_RANKING_TAG = "tunetrain.rung_ranking"
 BEST_METRIC_PREFIX = "best_"  # metric best_<metric>: one point per session, at step = resumes
 STOP_REASON_TAG = "tunetrain.stop_reason"  # why fewer trials ran than planned (--budget)
 CHECKPOINTS_KEPT_TAG = "tunetrain.checkpoints_kept"

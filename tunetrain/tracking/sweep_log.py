@@ -293,6 +293,8 @@ class SweepLog:
         tags: dict[str, Any] = {}
         if outcome.stop_reason:
             tags[schema.STOP_REASON_TAG] = outcome.stop_reason
+        if outcome.rung_rankings:  # how far ASHA's stops could be trusted (tunetrain.rungs)
+            tags[schema.RUNG_RANKING_TAG] = json.dumps([r.as_dict() for r in outcome.rung_rankings])
         if disk_measured:
             tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
             tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes

@@ -1,0 +1,82 @@
+"""How far a sweep's early stopping could be trusted: how well each ASHA rung ranks the trials
+that went on to the next, measured on the sweep's own trials.
+
+ASHA stops a trial at a rung (iteration r) when its value there is not in the top
+1/reduction_factor: that is right only if the order of trials at r is the order they would
+have at the next rung. Hyper-Tune (Li et al., VLDB 2022) measures this per rung, as the rank
+correlation between the values at two budgets, and weighs each budget's results by it. Here
+it is Spearman's rho between each trial's value at rung r and at the next rung (or max_t),
+over the trials that reported at both; 1 is the same order, 0 none, below 0 the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+
+# Fewer trials at both budgets than this: no rho (three points always rank somehow).
+MIN_TRIALS = 5
+# A rho below this with MIN_TRIALS or more: the rung misleads, and the summary says so.
+MISLEADS_BELOW = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class RungRanking:
+    """Rung ``rung`` against ``next``: Spearman's rho over ``trials`` trials (None: too few
+    trials, or every value the same)."""
+
+    rung: int
+    next: int
+    trials: int
+    rho: float | None
+
+    @property
+    def misleads(self) -> bool:
+        return self.rho is not None and self.rho < MISLEADS_BELOW
+
+    def text(self) -> str:
+        rho = f"{self.rho:.2f}" if self.rho is not None else "n/a"
+        return f"{self.rung} -> {self.next}: {rho} ({self.trials} trial{'s' if self.trials != 1 else ''})"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rung": self.rung, "next": self.next, "trials": self.trials, "rho": self.rho}
+
+
+def rung_rankings(values: Sequence[Mapping[int, float]], rungs: Sequence[int], max_t: int) -> list[RungRanking]:
+    """One :class:`RungRanking` per pair of consecutive budgets (each rung, then max_t);
+    ``values``: each trial's metric at each iteration it reported."""
+    from scipy.stats import spearmanr
+
+    out = []
+    for low, high in itertools.pairwise([*rungs, max_t]):
+        pairs = [
+            (v[low], v[high])
+            for v in values
+            if low in v and high in v and math.isfinite(v[low]) and math.isfinite(v[high])
+        ]
+        rho = None
+        if len(pairs) >= MIN_TRIALS and len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
+            rho = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+        out.append(RungRanking(low, high, len(pairs), rho))
+    return out
+
+
+def summary_lines(rankings: Sequence[RungRanking], *, grace_period: int) -> list[str]:
+    """The summary's lines on early stopping: every rung's rho, and a warning with the fix
+    when one misleads."""
+    if not rankings:
+        return []
+    lines = [
+        "Early stopping: how each rung ranks the trials as the next rung does (Spearman's rho; 1 = the same order):",
+        "  iteration " + "; ".join(r.text() for r in rankings),
+    ]
+    misleading = [r for r in rankings if r.misleads]
+    if misleading:
+        first = misleading[0]
+        lines.append(
+            f"  Rung {first.rung} misleads (rho {first.rho:.2f}): trials stopped there may have won later. A later "
+            f"first rung trusts it less: scheduler_options={{'grace_period': {max(grace_period + 1, first.next)}}}."
+        )
+    return lines
