@@ -5,26 +5,29 @@ Problems (all offline): mf-prior-bench's multi-fidelity Hartmann functions mfh3 
 its four correlation presets (good, moderate, bad, terrible), iteration i evaluating
 fidelity 10 i of 100 and costing that fidelity's cost increment, scaled so that a full
 trial (10 iterations) takes 2 s; Branin and Hartmann-6 (mf-prior-bench's mfh6 at its full
-fidelity) as single-fidelity problems. Time is simulated (benchmarks/_simulated.py): the
-searchers and schedulers are the real objects, driven as their libraries drive them.
+fidelity) as single-fidelity problems; and real learning curves recorded from PyTorch
+training by tunetrain's own sweeps (benchmarks/_curves.py: the digits MLP, a 1-D CNN on
+MNIST-1D, a character-level transformer; 20 epochs, each costing its recorded wall time).
+Time is simulated (benchmarks/_simulated.py): the searchers and schedulers are the real
+objects, driven as their libraries drive them. Problems and arms: benchmarks/_search_arms.py.
 
 Multi-fidelity arms at an equal simulated wall-clock budget (30 full trials of compute:
 60 s / k at k trials at once), every ASHA with grace period 1, reduction factor 3, max_t 10:
 tunetrain's default ("auto"), tunetrain's other TPE searcher, Ray ASHA + random, Ray ASHA +
 OptunaSearch, raw Optuna (TPE + HyperbandPruner, as study.optimize(n_jobs=k) runs it), Syne
-Tune 0.16's ASHA and BOHB (its ASHA + KDE, the model-based multi-fidelity method it keeps).
-Single-fidelity arms at an equal number of trials (60), FIFO: tunetrain's default, Ray's
-OptunaSearch, raw Optuna TPE, Ray's random search. Medians over seeds, spread as the
-25th-75th percentiles.
+Tune 0.16's ASHA and BOHB (its ASHA + KDE, the model-based multi-fidelity method it keeps);
+on the real curves (max_t 20, a budget of 30 median full trials) also i-Epoch (Egele et
+al. 2023: one epoch each, then the best trained fully). Single-fidelity arms at an equal
+number of trials (60), FIFO: tunetrain's default, Ray's OptunaSearch, raw Optuna TPE and GP,
+Ray's random search. Medians over seeds, spread as the 25th-75th percentiles.
 
-    python benchmarks/search_quality.py               # 10 seeds, 2 processes
-    python benchmarks/search_quality.py --results F   # tabulate and plot a saved run again
+    python benchmarks/search_quality.py                     # every family, 10 seeds, 2 processes
+    python benchmarks/search_quality.py --families curves   # one family (mfh, single, curves)
+    python benchmarks/search_quality.py --results F         # tabulate and plot a saved run again
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import multiprocessing
@@ -32,15 +35,15 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c
 import _simulated as sim
+from _search_arms import CURVES, FULL_TRIAL_S, MFH, full_trial_s, make_arm, problem
+from _search_figures import _median, _runs, final, plot, reach_fraction, regret_at, spread
 
-MFH = [f"mfh{d}_{p}" for d in (3, 6) for p in ("good", "moderate", "bad", "terrible")]
 # The arms run; "tunetrain auto" is whichever of the two tunetrain searchers auto picks for ASHA
 # (the same runs, relabelled: see _with_auto).
 MF_RUN = [
@@ -53,178 +56,24 @@ MF_RUN = [
     "Syne Tune BOHB",
 ]
 MF_ARMS = ["tunetrain auto", *MF_RUN]
-SF_ARMS = ["tunetrain auto", "Ray OptunaSearch", "raw Optuna TPE", "Ray random"]
-ASHA = {"grace_period": 1, "reduction_factor": 3, "max_t": 10}
-FULL_TRIAL_S = 2.0
-
-
-# -- problems --------------------------------------------------------------------------------
-
-
-@functools.cache
-def problem(name: str) -> sim.Problem:
-    from ray import tune
-
-    if name == "branin":
-        return sim.Problem(
-            "branin",
-            {"x0": tune.uniform(-5, 10), "x1": tune.uniform(0, 15)},
-            1,
-            _branin,
-            _sf_cost,
-            0.397887,
-            "single-fidelity",
-        )
-    import mfpbench
-
-    bench = mfpbench.get(name if name != "hartmann6" else "mfh6_good", seed=0)
-    dims = len(list(bench.space.values()))
-    cost = [0.0] + [float(bench.query(bench.sample(), at=10 * i).fid_cost.value) for i in range(1, 11)]
-    scale = FULL_TRIAL_S / cost[10]
-    optimum = float(bench.query(bench.sample(), at=100).value.definition.bounds[0])
-    space = {f"X_{j}": tune.uniform(0.0, 1.0) for j in range(dims)}
-    if name == "hartmann6":
-        return sim.Problem(
-            name, space, 1, functools.partial(_mfh, bench, scale_at=10), _sf_cost, optimum, "single-fidelity"
-        )
-    return sim.Problem(
-        name,
-        space,
-        10,
-        functools.partial(_mfh, bench, scale_at=1),
-        lambda config, i: (cost[i] - cost[i - 1]) * scale,
-        optimum,
-        "multi-fidelity",
-    )
-
-
-def _sf_cost(config: Mapping[str, Any], step: int) -> float:
-    """A single-fidelity trial's length: 0.5 to 1.5 s, fixed by its config (trials side by
-    side end in an order that depends on them, as real ones do)."""
-    if os.environ.get("TUNETRAIN_BENCH_EQUAL_COST") == "1":  # --equal-cost (set before the worker processes start)
-        return 1.0
-    digest = hashlib.sha256(repr(sorted(config.items())).encode()).digest()
-    return 0.5 + digest[0] / 255
-
-
-def _mfh(bench: Any, config: Mapping[str, Any], step: int, *, scale_at: int) -> float:
-    point = bench.Config.from_dict({k: float(v) for k, v in config.items()})
-    return float(bench.query(point, at=10 * step * scale_at).value.value)
-
-
-def _branin(config: Mapping[str, Any], step: int) -> float:
-    # Branin-Hoo (Dixon and Szegő's constants); its minimum is 0.397887. Three lines, so no
-    # library is pulled in for it.
-    x0, x1 = float(config["x0"]), float(config["x1"])
-    b, c_, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
-    return (x1 - b * x0**2 + c_ * x0 - 6) ** 2 + 10 * (1 - t) * math.cos(x0) + 10
-
-
-# -- arms ------------------------------------------------------------------------------------
-
-
-def _tunetrain_arm(p: sim.Problem, searcher: str, seed: int, k: int, options: Mapping[str, Any]) -> sim.Arm:
-    from tunetrain import Experiment
-    from tunetrain.algorithms import build_scheduler, build_searcher
-
-    multi = p.kind == "multi-fidelity"
-    experiment = Experiment(
-        name="bench",
-        train_loop=lambda config: None,
-        space=p.space,
-        metric="loss",
-        mode="min",
-        scheduler="asha" if multi else "fifo",
-        scheduler_options=ASHA if multi else {},
-        searcher=searcher,
-        searcher_options=dict(options),
-        num_samples=10_000,
-    )
-    scheduler = build_scheduler(experiment)
-    built, _ = build_searcher(experiment, seed=seed, max_concurrent=k, stopped=scheduler.early_stopped)
-    built.set_search_properties("loss", "min", p.space)
-    return sim.RayArm(built, scheduler, space=p.space, seed=seed)
-
-
-def _ray_arm(p: sim.Problem, searcher: str, seed: int) -> sim.Arm:
-    import optuna
-    from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
-    from ray.tune.search.optuna import OptunaSearch
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    scheduler: Any = (
-        AsyncHyperBandScheduler(metric="loss", mode="min", time_attr="training_iteration", **ASHA)  # type: ignore[arg-type]
-        if p.kind == "multi-fidelity"
-        else FIFOScheduler()
-    )
-    built = None
-    if searcher == "optuna":
-        built = OptunaSearch(metric="loss", mode="min", seed=seed)
-        built.set_search_properties("loss", "min", p.space)
-    return sim.RayArm(built, scheduler, space=p.space, seed=seed)
-
-
-def _optuna_arm(p: sim.Problem, seed: int) -> sim.Arm:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner: Any = (
-        optuna.pruners.HyperbandPruner(min_resource=1, max_resource=p.max_t, reduction_factor=3)
-        if p.kind == "multi-fidelity"
-        else optuna.pruners.NopPruner()
-    )
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
-    return sim.OptunaArm(study, p.space)
-
-
-def _syne_arm(p: sim.Problem, method: str, seed: int) -> sim.Arm:
-    from syne_tune.config_space import uniform
-    from syne_tune.optimizer.baselines import ASHA as SyneASHA
-    from syne_tune.optimizer.baselines import BOHB
-
-    space = {key: uniform(domain.lower, domain.upper) for key, domain in p.space.items()}
-    cls = SyneASHA if method == "asha" else BOHB
-    scheduler = cls(
-        space,
-        metric="loss",
-        time_attr="step",
-        max_t=p.max_t,
-        do_minimize=True,
-        random_seed=seed,
-        grace_period=1,
-        reduction_factor=3,
-    )
-    return sim.SyneTuneArm(scheduler)
-
-
-def make_arm(arm: str, p: sim.Problem, seed: int, k: int) -> sim.Arm:
-    makers: dict[str, Callable[[], sim.Arm]] = {
-        "tunetrain auto": lambda: _tunetrain_arm(p, "auto", seed, k, {}),
-        "tunetrain optuna": lambda: _tunetrain_arm(p, "optuna", seed, k, {}),
-        "tunetrain async_bohb": lambda: _tunetrain_arm(p, "async_bohb", seed, k, {}),
-        "tunetrain reproducible": lambda: _tunetrain_arm(p, "auto", seed, k, {"reproducible": True}),
-        "Ray ASHA + random": lambda: _ray_arm(p, "random", seed),
-        "Ray random": lambda: _ray_arm(p, "random", seed),
-        "Ray ASHA + OptunaSearch": lambda: _ray_arm(p, "optuna", seed),
-        "Ray OptunaSearch": lambda: _ray_arm(p, "optuna", seed),
-        "raw Optuna TPE + Hyperband": lambda: _optuna_arm(p, seed),
-        "raw Optuna TPE": lambda: _optuna_arm(p, seed),
-        "Syne Tune ASHA": lambda: _syne_arm(p, "asha", seed),
-        "Syne Tune BOHB": lambda: _syne_arm(p, "bohb", seed),
-    }
-    return makers[arm]()
+CURVE_RUN = [*MF_RUN, "i-Epoch"]
+SF_ARMS = ["tunetrain auto", "tunetrain gp", "Ray OptunaSearch", "raw Optuna TPE", "raw Optuna GP", "Ray random"]
+FAMILIES = ("mfh", "single", "curves")
 
 
 # -- runs ------------------------------------------------------------------------------------
 
 
 def run_one(job: tuple[str, str, int, int, int]) -> dict[str, Any]:
-    """One (problem, arm, concurrency, seed) run: its regret curve."""
+    """One (problem, arm, concurrency, seed) run: its regret curve. ``size``: multi-fidelity,
+    the budget in full trials of compute; single-fidelity, the number of trials."""
     name, arm, k, seed, size = job
     p = problem(name)
     started = time.perf_counter()
     if p.kind == "multi-fidelity":
-        events = sim.simulate(p, make_arm(arm, p, seed, k), workers=k, wall_s=size * FULL_TRIAL_S / k, trials=None)
+        budget = size * full_trial_s(name)
+        made = make_arm(arm, p, seed, k, budget_compute=budget)
+        events = sim.simulate(p, made, workers=k, wall_s=budget / k, trials=None)
         curve: Any = sim.regret_curve(events, p)
     else:
         events = sim.simulate(p, make_arm(arm, p, seed, k), workers=k, wall_s=None, trials=size)
@@ -239,81 +88,6 @@ def run_one(job: tuple[str, str, int, int, int]) -> dict[str, Any]:
         "sim_s": events[-1].time if events else 0.0,
         "cpu_s": time.perf_counter() - started,
     }
-
-
-# -- figures ---------------------------------------------------------------------------------
-
-
-def regret_at(curve: list[Any], x: float, axis: int) -> float:
-    """A multi-fidelity run's regret at wall time (axis 0) or compute (axis 1) ``x``."""
-    value = math.inf
-    for point in curve:
-        if point[axis] > x:
-            break
-        value = point[2]
-    return value
-
-
-def final(run: Mapping[str, Any]) -> float:
-    curve = run["curve"]
-    if not curve:
-        return math.inf
-    return float(curve[-1][2] if isinstance(curve[-1], list | tuple) else curve[-1])
-
-
-def spread(values: list[float]) -> str:
-    """Median [25th-75th percentile]."""
-    ordered = sorted(values)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
-    return f"{q[1]:.3g} [{q[0]:.3g}-{q[2]:.3g}]"
-
-
-def _median(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else math.inf
-
-
-def _runs(results: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
-    return [r for r in results if all(r[key] == value for key, value in match.items())]
-
-
-def reach_fraction(results: list[dict[str, Any]], name: str, arm: str, k: int, target: float) -> float:
-    """The share of the wall budget after which ``arm``'s median regret is at or below ``target``."""
-    budget = BUDGET_TRIALS * FULL_TRIAL_S / k
-    runs = _runs(results, problem=name, arm=arm, k=k)
-    for i in range(1, 101):
-        x = budget * i / 100
-        if _median([regret_at(r["curve"], x, 0) for r in runs]) <= target:
-            return i / 100
-    return math.inf
-
-
-def plot(results: list[dict[str, Any]], arms: list[str], k: int, axis: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharex=True)
-    budget = BUDGET_TRIALS * FULL_TRIAL_S / k * (k if axis == 1 else 1)
-    xs = [budget * i / 60 for i in range(1, 61)]
-    for ax, name in zip(axes.flat, MFH, strict=True):
-        for arm in arms:
-            runs = _runs(results, problem=name, arm=arm, k=k)
-            if runs:
-                ys = [_median([regret_at(r["curve"], x, axis) for r in runs]) for x in xs]
-                ax.plot(xs, [y if math.isfinite(y) else float("nan") for y in ys], label=arm)
-        ax.set_title(name)
-        ax.set_yscale("log")
-    for ax in axes[1]:
-        ax.set_xlabel("simulated wall time, s" if axis == 0 else "compute, worker-seconds")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("median regret")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"Median regret at {k} trials at once (benchmarks/search_quality.py)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
 
 
 # -- the script ------------------------------------------------------------------------------
@@ -336,51 +110,68 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--results", help="a results file of an earlier run: only tabulate and plot it")
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), help="the problems run")
+    parser.add_argument("--ks", nargs="+", type=int, default=[1, 4, 8], help="trials at once")
     parser.add_argument("--single-fidelity-only", action="store_true", help="only Branin and Hartmann-6")
     parser.add_argument("--equal-cost", action="store_true", help="single-fidelity trials all 1 s long")
     args = parser.parse_args()
+    families = ["single"] if args.single_fidelity_only else args.families
     mf_run, syne_note = _available(MF_RUN)
-    mf_arms = ["tunetrain auto", *mf_run]
-    ks = [1, 4, 8]
-    tasks, sf_problems, seeds = MFH, ["branin", "hartmann6"], args.seeds
+    curve_run = _available(CURVE_RUN)[0]
+    ks, seeds = args.ks, args.seeds
+    tasks = MFH if "mfh" in families else []
+    sf_problems = ["branin", "hartmann6"] if "single" in families else []
+    curves = CURVES if "curves" in families else []
     if args.smoke:
-        tasks, sf_problems, seeds, ks = MFH[:1], ["branin"], 1, [4]
+        tasks, sf_problems, curves, seeds, ks = tasks[:1], sf_problems[:1], curves[:1], 1, [4]
         BUDGET_TRIALS, SF_TRIALS = 3, 12
-    if args.single_fidelity_only:
-        tasks = []
     if args.equal_cost:
         os.environ["TUNETRAIN_BENCH_EQUAL_COST"] = "1"
     jobs = [(t, a, k, s, BUDGET_TRIALS) for t in tasks for a in mf_run for k in ks for s in range(seeds)]
+    jobs += [(t, a, k, s, BUDGET_TRIALS) for t in curves for a in curve_run for k in ks for s in range(seeds)]
     jobs += [(t, a, k, s, SF_TRIALS) for t in sf_problems for a in SF_ARMS for k in ks for s in range(seeds)]
     jobs += [(t, "tunetrain reproducible", 4, s, BUDGET_TRIALS) for t in tasks[:2] for s in range(seeds)]
     jobs += [(t, "tunetrain reproducible", 4, s, SF_TRIALS) for t in sf_problems for s in range(seeds)]
-    started = time.perf_counter()
-    if args.results:
-        saved = json.loads(Path(args.results).read_text())
-        results, took = saved["results"], saved["took"]
-    else:
-        if args.smoke or args.processes == 1:
-            results = [run_one(job) for job in jobs]
-        else:
-            with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
-                results = pool.map(run_one, jobs, chunksize=1)
-        took = time.perf_counter() - started
-        out = c.work_root("search_quality") / "results.json"
-        out.write_text(json.dumps({"results": results, "took": took}))
-        print(f"results: {out}", file=sys.stderr)
+    results, took = _results(jobs, args)
     results = _with_auto(results)
-    if args.single_fidelity_only:
+    images = c.REPO / "docs" / "images"
+    if tasks:
+        if not args.smoke:
+            budgets = {t: BUDGET_TRIALS * full_trial_s(t) for t in tasks}
+            for axis, kind in ((0, "wall"), (1, "compute")):
+                plot(results, ["tunetrain auto", *mf_run], 4, axis, images / f"search_quality_{kind}_k4.png",
+                     problems=tasks, budget_s=budgets)  # fmt: skip
+        print(_section(results, tasks, sf_problems, ["tunetrain auto", *mf_run], ks, seeds, took, syne_note))
+    elif sf_problems:
         print(
             "\n".join(
                 _single_fidelity(results, sf_problems, ks, seeds) + _reproducible(results, [], sf_problems, seeds)
             )
         )
-        return
-    if not args.smoke:
-        for k in (4,):
-            plot(results, mf_arms, k, 0, c.REPO / "docs" / "images" / f"search_quality_wall_k{k}.png")
-            plot(results, mf_arms, k, 1, c.REPO / "docs" / "images" / f"search_quality_compute_k{k}.png")
-    print(_section(results, tasks, sf_problems, mf_arms, ks, seeds, took, syne_note))
+    if curves:
+        if not args.smoke:
+            budgets = {t: BUDGET_TRIALS * full_trial_s(t) for t in curves}
+            plot(results, ["tunetrain auto", *curve_run], 4, 0, images / "search_quality_curves_k4.png",
+                 problems=curves, budget_s=budgets)  # fmt: skip
+        print(_curves_section(results, curves, ["tunetrain auto", *curve_run], ks, seeds, took))
+
+
+def _results(jobs: list[tuple[str, str, int, int, int]], args: Any) -> tuple[list[dict[str, Any]], float]:
+    """Every job's run (2 processes unless told), saved; or the saved runs of ``--results``."""
+    if args.results:
+        saved = json.loads(Path(args.results).read_text())
+        return saved["results"], saved["took"]
+    started = time.perf_counter()
+    if args.smoke or args.processes == 1:
+        results = [run_one(job) for job in jobs]
+    else:
+        with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
+            results = pool.map(run_one, jobs, chunksize=1)
+    took = time.perf_counter() - started
+    out = c.work_root("search_quality") / "results.json"
+    out.write_text(json.dumps({"results": results, "took": took}))
+    print(f"results: {out}", file=sys.stderr)
+    return results, took
 
 
 def _with_auto(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -426,7 +217,7 @@ def _section(
     for name in tasks:
         finals = {a: [final(r) for r in _runs(results, problem=name, arm=a, k=k)] for a in mf_arms}
         target = _median(finals["Ray ASHA + random"])
-        fraction = reach_fraction(results, name, "tunetrain auto", k, target)
+        fraction = reach_fraction(results, name, "tunetrain auto", k, target, budget_s=BUDGET_TRIALS * FULL_TRIAL_S)
         ours = _median(finals["tunetrain auto"])
         best_other = min(_median(finals[a]) for a in others)
         reached += fraction <= 0.5
@@ -448,7 +239,10 @@ def _section(
         }
         wins = sum(medians["tunetrain auto"][i] <= min(medians[a][i] for a in others) for i in range(len(tasks)))
         half = sum(
-            reach_fraction(results, t, "tunetrain auto", kk, medians["Ray ASHA + random"][i]) <= 0.5
+            reach_fraction(
+                results, t, "tunetrain auto", kk, medians["Ray ASHA + random"][i], budget_s=BUDGET_TRIALS * FULL_TRIAL_S
+            )
+            <= 0.5
             for i, t in enumerate(tasks)
         )
         geo = {a: math.exp(statistics.mean(math.log(max(v, 1e-9)) for v in medians[a])) for a in mf_arms}
@@ -482,6 +276,73 @@ def _section(
         notes="Cells: median final regret [25th-75th percentile] over seeds, at an equal simulated wall-clock budget "
         f"({BUDGET_TRIALS} full trials of compute, {BUDGET_TRIALS * FULL_TRIAL_S:.0f} s / k).\n" + "\n".join(lines),
     )
+
+
+def _curves_section(
+    results: list[dict[str, Any]], curves: list[str], arms: list[str], ks: list[int], seeds: int, took: float
+) -> str:
+    """The real-curve family: per problem and k, each arm's final regret; per k, the geometric
+    mean over the problems and whether auto is at or below the best other arm; each problem's
+    noise floor and rung correlation (how far its low fidelities mislead)."""
+    import _curves
+
+    others = [a for a in arms if not a.startswith("tunetrain")]
+    rows = []
+    for name in curves:
+        table = _curves.Table(_curves.load(name.removeprefix("curves_")))
+        for k in ks:
+            finals = {a: [final(r) for r in _runs(results, problem=name, arm=a, k=k)] for a in arms}
+            rows.append([name if k == ks[0] else "", str(k), *(spread(finals[a]) for a in arms)])
+        rows[-len(ks)][0] += (
+            f" (noise floor {table.noise_floor():.3g}; epoch 1 ranks as the end {table.rung_correlation(1):.2f}, "
+            f"epoch 4 {table.rung_correlation(4):.2f}; a full trial {full_trial_s(name):.1f} s)"
+        )
+    lines = [
+        "| k | budget | " + " | ".join(arms) + " | auto <= best other |",
+        "| " + " | ".join("---" for _ in arms) + " | --- | --- | --- |",
+    ]
+    verdicts = []
+    for k in ks:
+        for share in (1.0, 1 / 3):
+            medians = {
+                a: [
+                    _median([_regret_at_share(r, share) for r in _runs(results, problem=t, arm=a, k=k)]) for t in curves
+                ]
+                for a in arms
+            }
+            geo = {a: math.exp(statistics.mean(math.log(max(v, 1e-9)) for v in medians[a])) for a in arms}
+            wins = sum(medians["tunetrain auto"][i] <= min(medians[a][i] for a in others) for i in range(len(curves)))
+            if share == 1.0:
+                verdicts.append(geo["tunetrain auto"] <= min(geo[a] for a in others))
+            lines.append(
+                f"| {k} | {'all' if share == 1.0 else 'a third'} | "
+                + " | ".join(f"{geo[a]:.3g}" for a in arms)
+                + f" | {wins}/{len(curves)} |"
+            )
+    budgets = ", ".join(f"{t} {BUDGET_TRIALS * full_trial_s(t):.0f} s" for t in curves)
+    return c.section(
+        title="15b. Search quality on recorded real learning curves",
+        command="python benchmarks/search_quality.py --families curves",
+        target="at each k, tunetrain auto's geometric-mean final regret over the problems at or below the best "
+        "other arm's",
+        headers=["problem", "k", *arms],
+        rows=rows,
+        verdict=c.verdict(
+            all(verdicts), ", ".join(f"k={k}: {'met' if v else 'not met'}" for k, v in zip(ks, verdicts, strict=True))
+        ),
+        notes=f"Cells: median final regret (val_loss above the grid's best final val_loss) [25th-75th percentile] over "
+        f"{seeds} seeds, at an equal simulated wall-clock budget of {BUDGET_TRIALS} median full trials of compute / k "
+        f"({budgets} at k=1); ASHA with grace period 1, reduction factor 3, max_t 20.\n\nGeometric mean over the "
+        f"problems of the median regret at the budget's end (all) and after a third of it (10 median full trials):\n\n"
+        + "\n".join(lines)
+        + f"\n\n{len(results)} simulated runs in {took:.0f} s.",
+    )
+
+
+def _regret_at_share(run: dict[str, Any], share: float) -> float:
+    """A multi-fidelity run's regret after ``share`` of its wall budget."""
+    budget = BUDGET_TRIALS * full_trial_s(run["problem"]) / run["k"]
+    return regret_at(run["curve"], budget * share, 0)
 
 
 def _sf_ratio(results: list[dict[str, Any]], name: str) -> tuple[float, float, float]:
