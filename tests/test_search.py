@@ -117,6 +117,27 @@ def test_eight_trials_at_once_all_get_different_configurations(
 
 
 @pytest.mark.slow
+def test_auto_is_gaussian_process_bo_on_a_small_numeric_space_and_its_suggestions_at_once_all_differ(
+    workdir: Path,
+) -> None:
+    # 24 trials, 8 at once: after its 10 random start-up trials GPSampler suggests each new
+    # trial with up to 7 others running. Without those as pending points its acquisition
+    # maximum, computed from the same results, is the same point again.
+    path = _experiment(workdir, samples=24, concurrent=8, pause=0.2, searcher='"auto"')
+    status, out = run_cli("sweep", str(path), "--dry-run")
+    assert status == 0 and "Optuna's GPSampler" in out, out  # the plan says it
+    status, out = run_cli("sweep", str(path), "--no-report")
+    assert status == 0, out
+    _, parent, children = sweep_runs(workdir, "search")
+    assert parent.data.tags["tunetrain.searcher"] == "optuna"
+    assert "GPSampler" in parent.data.tags["tunetrain.searcher_note"]
+    xs = [float(r.data.params["x"]) for r in children]
+    assert len(children) == 24 and len(set(xs)) == 24, sorted(xs)
+    best = min(children, key=lambda r: r.data.metrics["loss"])
+    assert abs(float(best.data.params["x"]) - 0.3) < 0.05  # the model found the minimum at 0.3
+
+
+@pytest.mark.slow
 def test_exactly_the_configured_start_up_trials_are_random_at_four_at_once(workdir: Path, searchers: list[Any]) -> None:
     path = _experiment(workdir, samples=14, concurrent=4, pause=0.1, options='{"n_startup_trials": 6}')
     status, out = run_cli("sweep", str(path), "--no-report")
@@ -156,6 +177,36 @@ def test_auto_picks_by_scheduler_objectives_and_space() -> None:
     assert picked(space={"lr": tune.grid_search([0.1, 0.2])}) == "grid"
     assert picked(scheduler="asha", searcher_options={"sampler": "cmaes"}) == "optuna"
     assert resolve_searcher(make_experiment(searcher="random")) == ("random", "as configured")
+
+
+def test_auto_is_gaussian_process_bo_only_for_a_small_numeric_space_under_fifo(monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from tunetrain.algorithms import build_searcher
+
+    def why(**changes: Any) -> str:
+        return resolve_searcher(make_experiment(searcher="auto", scheduler="fifo", **changes))[1]
+
+    numeric = {"lr": tune.loguniform(1e-4, 1e-1), "width": tune.randint(8, 64), "fixed": 3}
+    assert "GPSampler" in why(space=numeric, num_samples=100)
+    assert "GPSampler" not in why(space=numeric, num_samples=101)  # its time per suggestion grows
+    assert "GPSampler" not in why(space={**numeric, "opt": tune.choice(["adam", "sgd"])})
+    assert "GPSampler" not in why(space=numeric, searcher_options={"n_startup_trials": 3})
+    assert "GPSampler" not in why(space=numeric, metric=["loss", "acc"], mode=["min", "max"])
+    assert "GPSampler" not in resolve_searcher(make_experiment(searcher="auto", scheduler="asha", space=numeric))[1]
+    made: list[dict[str, Any]] = []
+    gp = optuna.samplers.GPSampler
+
+    def counted(**options: Any) -> Any:
+        made.append(options)
+        return gp(**options)
+
+    monkeypatch.setattr(optuna.samplers, "GPSampler", counted)
+    experiment = make_experiment(searcher="auto", scheduler="fifo", space=numeric)
+    built, _ = build_searcher(experiment, seed=0, max_concurrent=4)
+    assert isinstance(built, OptunaSearch) and made == [{"seed": 0}]
 
 
 def test_tpe_options_are_checked_before_anything_runs() -> None:
