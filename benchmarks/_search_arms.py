@@ -108,7 +108,9 @@ def _branin(config: Mapping[str, Any], step: int) -> float:
 # -- arms ------------------------------------------------------------------------------------
 
 
-def _tunetrain_arm(p: sim.Problem, searcher: str, seed: int, k: int, options: Mapping[str, Any]) -> sim.Arm:
+def _tunetrain_arm(
+    p: sim.Problem, searcher: str, seed: int, k: int, options: Mapping[str, Any], *, trials: int = 10_000
+) -> sim.Arm:
     from tunetrain import Experiment
     from tunetrain.algorithms import build_scheduler, build_searcher
 
@@ -123,7 +125,7 @@ def _tunetrain_arm(p: sim.Problem, searcher: str, seed: int, k: int, options: Ma
         scheduler_options=asha(p) if multi else {},
         searcher=searcher,
         searcher_options=dict(options),
-        num_samples=10_000,
+        num_samples=trials,  # what "auto" decides by (GP for a small numeric space of few trials)
     )
     scheduler = build_scheduler(experiment)
     built, _ = build_searcher(experiment, seed=seed, max_concurrent=k, stopped=scheduler.early_stopped)
@@ -260,15 +262,17 @@ class EpochArm:
         return step < self.epochs
 
 
-def make_arm(arm: str, p: sim.Problem, seed: int, k: int, *, budget_compute: float = math.inf) -> sim.Arm:
+def make_arm(
+    arm: str, p: sim.Problem, seed: int, k: int, *, budget_compute: float = math.inf, trials: int = 10_000
+) -> sim.Arm:
     """Arm ``arm`` on ``p`` at ``k`` workers; ``budget_compute``: the run's worker-seconds (i-Epoch
-    plans its two phases by it)."""
+    plans its two phases by it); ``trials``: the sweep's num_samples (a single-fidelity run's
+    trials; tunetrain's "auto" decides by it)."""
     makers: dict[str, Callable[[], sim.Arm]] = {
-        "tunetrain auto": lambda: _tunetrain_arm(p, "auto", seed, k, {}),
-        "tunetrain optuna": lambda: _tunetrain_arm(p, "optuna", seed, k, {}),
+        "tunetrain auto": lambda: _tunetrain_arm(p, "auto", seed, k, {}, trials=trials),
+        "tunetrain optuna": lambda: _tunetrain_arm(p, "optuna", seed, k, {}, trials=trials),
         "tunetrain async_bohb": lambda: _tunetrain_arm(p, "async_bohb", seed, k, {}),
-        "tunetrain gp": lambda: _tunetrain_arm(p, "optuna", seed, k, {"sampler": "gp"}),
-        "tunetrain reproducible": lambda: _tunetrain_arm(p, "auto", seed, k, {"reproducible": True}),
+        "tunetrain reproducible": lambda: _tunetrain_arm(p, "auto", seed, k, {"reproducible": True}, trials=trials),
         "Ray ASHA + random": lambda: _ray_arm(p, "random", seed),
         "Ray random": lambda: _ray_arm(p, "random", seed),
         "Ray ASHA + OptunaSearch": lambda: _ray_arm(p, "optuna", seed),

@@ -57,7 +57,8 @@ MF_RUN = [
 ]
 MF_ARMS = ["tunetrain auto", *MF_RUN]
 CURVE_RUN = [*MF_RUN, "i-Epoch"]
-SF_ARMS = ["tunetrain auto", "tunetrain gp", "Ray OptunaSearch", "raw Optuna TPE", "raw Optuna GP", "Ray random"]
+# "tunetrain optuna": tunetrain's TPE (FidelityTPESearch), what "auto" is on a space with a choice.
+SF_ARMS = ["tunetrain auto", "tunetrain optuna", "Ray OptunaSearch", "raw Optuna TPE", "raw Optuna GP", "Ray random"]
 FAMILIES = ("mfh", "single", "curves")
 
 
@@ -76,7 +77,7 @@ def run_one(job: tuple[str, str, int, int, int]) -> dict[str, Any]:
         events = sim.simulate(p, made, workers=k, wall_s=budget / k, trials=None)
         curve: Any = sim.regret_curve(events, p)
     else:
-        events = sim.simulate(p, make_arm(arm, p, seed, k), workers=k, wall_s=None, trials=size)
+        events = sim.simulate(p, make_arm(arm, p, seed, k, trials=size), workers=k, wall_s=None, trials=size)
         curve = sim.trials_curve(events, p)
     return {
         "problem": name,
@@ -393,7 +394,9 @@ def _reproducible(results: list[dict[str, Any]], tasks: list[str], problems: lis
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name in [*tasks, *problems]:
-        base = _runs(results, problem=name, arm="tunetrain auto", k=4)
+        # The default mode of the same searcher: TPE (auto is GP on the single-fidelity problems).
+        default = "tunetrain auto" if problem(name).kind == "multi-fidelity" else "tunetrain optuna"
+        base = _runs(results, problem=name, arm=default, k=4)
         rep = _runs(results, problem=name, arm="tunetrain reproducible", k=4)
         if not base or not rep:
             continue
