@@ -354,10 +354,20 @@ class _Group:
         except Exception:
             return False
 
-    def destroy(self) -> None:
+    def destroy(self, *, wait_s: float = 0.0) -> None:
+        """Kill the group's actors; with ``wait_s``, wait (that long at most) until their
+        processes are gone. ``ray.kill`` returns at once and a process goes a moment later:
+        after a rank failed (the host out of memory), a rank still holding its memory while
+        the next trial starts made Ray's memory monitor kill that trial too."""
         for actor in [*self.workers, self.mailbox]:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
+        if wait_s > 0:
+            # A call to a killed actor fails once the actor is dead, that is once its process
+            # has exited (Ray marks it dead when its worker disconnects).
+            calls = [worker.node.remote() for worker in self.workers]
+            with contextlib.suppress(Exception):
+                ray.wait(calls, num_returns=len(calls), timeout=wait_s)
 
 
 _group: _Group | None = None  # this trial process's group, kept for its next trial
@@ -378,10 +388,10 @@ def _group_for(spec: TrialSpec) -> _Group:
     return _group
 
 
-def _drop_group() -> None:
+def _drop_group(*, wait_s: float = 0.0) -> None:
     global _group
     if _group is not None:
-        _group.destroy()
+        _group.destroy(wait_s=wait_s)
         _group = None
 
 
@@ -430,7 +440,7 @@ def run_trial_on_group(config: dict[str, Any], spec: TrialSpec) -> None:
                 # A rank raised or its process died: the others may wait in a collective for
                 # it; the group goes, and Tune restarts the trial (max_failures) on a new one.
                 stopped = False
-                _drop_group()
+                _drop_group(wait_s=_STOP_TIMEOUT_S)  # gone before the next trial starts
                 oom = oom_in_error(str(exc)) if spec.objectives else None
                 if oom is not None:
                     # As with a TorchTrainer: the scheduler and searcher see the worst value,
