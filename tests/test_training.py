@@ -94,6 +94,10 @@ def loop(config):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")  # the test hook
         stats = runner.run(batches, lambda x: model(x).pow(2).mean())
         ray.train.report({"loss": stats.loss, **stats.metrics()})
+        if torch.distributed.is_initialized():
+            # As a DDP step's all-reduce does: no rank goes on (and fails) before every
+            # rank has reported. Ray Train keeps a report only once each rank's is in.
+            torch.distributed.barrier()
 
 
 experiment = Experiment(
