@@ -78,6 +78,21 @@ def test_use_gpu_adds_a_gpu_to_each_worker() -> None:
     assert make_experiment(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources == {"CPU": 2.0, "GPU": 1.0}
 
 
+def test_a_gpu_share_is_a_fraction_of_one_device_or_whole_devices_and_whole_for_multi_worker_trials() -> None:
+    # One-worker trials pack by fraction; whole numbers take whole devices.
+    assert make_experiment(use_gpu=True, resources_per_worker={"GPU": 0.5}).worker_resources["GPU"] == 0.5
+    make_experiment(use_gpu=True, resources_per_worker={"GPU": 2}, workers_per_trial=2)
+    # Ray places a worker on one device or on whole devices: 1.5 never places.
+    with pytest.raises(ExperimentError, match=r'resources_per_worker\["GPU"\].*but got 1.5') as info:
+        make_experiment(resources_per_worker={"GPU": 1.5})
+    assert '{"GPU": 1} or {"GPU": 2}' in str(info.value)
+    # Two ranks of one trial on one device: refused, naming the field and both fixes.
+    for workers in (2, (1, 4)):
+        with pytest.raises(ExperimentError, match="Duplicate GPU detected") as info:
+            make_experiment(use_gpu=True, resources_per_worker={"GPU": 0.5}, workers_per_trial=workers)
+        assert "--workers-per-trial" in str(info.value) and "workers_per_trial=1" in str(info.value)
+
+
 @pytest.mark.parametrize("workers", [(0, 2), (3, 2), (1, 2, 3), (1.0, 2)])
 def test_an_elastic_range_must_be_min_then_max_both_at_least_1(workers: object) -> None:
     with pytest.raises(ExperimentError, match=r"a range \(min, max\) with 1 <= min <= max"):
@@ -119,3 +134,11 @@ def test_datasets_take_ray_datasets_or_functions_and_refuse_anything_else() -> N
         make_experiment(datasets={"": lambda: ray.data.range(4)})
     with pytest.raises(ExperimentError, match=r"data_config must be a ray\.train\.DataConfig, but got dict"):
         make_experiment(datasets={"train": lambda: ray.data.range(4)}, data_config={"split": True})
+
+
+def test_dist_backend_follows_ray_trains_rule_unless_set_and_an_unknown_one_is_refused() -> None:
+    assert make_experiment().backend == "gloo"
+    assert make_experiment(use_gpu=True).backend == "nccl"
+    assert make_experiment(use_gpu=True, dist_backend="gloo").backend == "gloo"
+    with pytest.raises(ExperimentError, match="Unknown dist_backend 'mpi'"):
+        make_experiment(dist_backend="mpi")

@@ -39,3 +39,20 @@ def test_a_trial_larger_than_the_cluster_is_refused_naming_the_largest_node() ->
     assert "3 worker(s) x (CPU=1)" in message
     assert "the largest node CPU=2" in message
     assert "Fix:" in message
+
+
+def test_fractional_gpus_pack_per_device_not_as_a_pool() -> None:
+    two_gpus = [{"CPU": 8.0, "GPU": 2.0}]
+
+    def fits(gpu: float, workers: int = 1, strategy: str = "PACK") -> int:
+        worker = {"CPU": 1.0, "GPU": gpu}
+        return max_concurrent_trials(num_workers=workers, worker=worker, strategy=strategy, nodes=two_gpus)
+
+    assert fits(0.5) == 4  # two shares on each device
+    assert fits(0.6) == 2  # 1.8 <= 2 in all, but a device holds one 0.6 share only
+    assert fits(0.3) == 6
+    assert fits(1.0) == 2 and fits(2.0) == 1
+    assert fits(1.0, workers=2, strategy="STRICT_PACK") == 1
+    # A trial whose workers need more whole devices than a node has never fits.
+    with pytest.raises(ExperimentError, match=r"GPU=2\b"):
+        check_fit(num_workers=1, worker={"CPU": 1.0, "GPU": 3.0}, strategy="PACK", nodes=two_gpus)

@@ -32,6 +32,7 @@ from tunetrain.space import is_grid, iter_leaves, merge
 Mode = Literal["min", "max"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 TrialRunner = Literal["auto", "in_process", "worker_group", "torch_trainer"]
+DistBackend = Literal["auto", "nccl", "gloo"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -118,7 +119,11 @@ class Experiment:
             ``(min, max)`` for elastic trials, which start with what is free (at least
             ``min``) and grow towards ``max`` when nodes join (Ray Train's elastic scaling,
             see docs/cluster.md).
-        use_gpu: give each worker a GPU.
+        use_gpu: give each worker a GPU (or the share ``resources_per_worker["GPU"]`` says;
+            see docs/training.md for how GPUs are placed, shared and refused).
+        dist_backend: torch.distributed's backend for multi-worker trials: "auto" is Ray
+            Train's rule (NCCL with ``use_gpu``, gloo otherwise); "gloo" on GPU trials runs
+            them without NCCL (Ray's fake GPUs on a CPU machine, or to rule NCCL out).
         resources_per_worker: Ray resources of one worker, e.g. ``{"CPU": 1}``.
         placement_strategy: how a trial's workers are placed on nodes.
         stop: the stop rule (iterations and/or time).
@@ -182,6 +187,7 @@ class Experiment:
     num_samples: int = 8
     workers_per_trial: int | tuple[int, int] = 1
     use_gpu: bool = False
+    dist_backend: DistBackend = "auto"
     resources_per_worker: Mapping[str, float] | None = None
     placement_strategy: PlacementStrategy = "PACK"
     stop: StopRule = dataclasses.field(default_factory=StopRule)
@@ -236,6 +242,13 @@ class Experiment:
         if self.use_gpu:
             resources.setdefault("GPU", 1.0)
         return {key: float(value) for key, value in resources.items()}
+
+    @property
+    def backend(self) -> str:
+        """torch.distributed's backend with "auto" resolved (Ray Train's rule)."""
+        if self.dist_backend != "auto":
+            return self.dist_backend
+        return "nccl" if self.worker_resources.get("GPU", 0.0) > 0 else "gloo"
 
     @property
     def objectives(self) -> list[tuple[str, Mode]]:

@@ -17,6 +17,7 @@ SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt", "pb2")
 SEARCHERS = ("auto", "optuna", "async_bohb", "hyperopt", "random", "grid")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 TRIAL_RUNNERS = ("auto", "in_process", "worker_group", "torch_trainer")
+DIST_BACKENDS = ("auto", "nccl", "gloo")
 
 
 def check_objective(exp: Any) -> None:
@@ -114,10 +115,42 @@ def check_resources(exp: Any) -> None:
                 f"resources_per_worker[{key!r}] must be a number >= 0, but got {value!r}.",
                 fix='Use e.g. resources_per_worker={"CPU": 1}.',
             )
+    _check_gpu_share(exp)
+    if exp.dist_backend not in DIST_BACKENDS:
+        raise ExperimentError(
+            f"Unknown dist_backend {exp.dist_backend!r}; valid backends are {', '.join(DIST_BACKENDS)}.",
+            fix='Use "auto" (NCCL on GPUs, gloo on CPUs), or "gloo" to run GPU trials without NCCL.',
+        )
     if exp.seed is not None and (not isinstance(exp.seed, int) or exp.seed < 0):
         raise ExperimentError(
             f"Experiment.seed must be an integer >= 0 or None, but got {exp.seed!r}.",
             fix="Use e.g. seed=0, or leave it out to draw one (it is recorded).",
+        )
+
+
+def _check_gpu_share(exp: Any) -> None:
+    """A worker's GPU: a fraction below 1 (shares of one device) or a whole number of devices,
+    and whole devices for the workers of a multi-worker trial."""
+    gpu = (exp.resources_per_worker or {}).get("GPU", 0)
+    if not isinstance(gpu, int | float) or gpu <= 0:
+        return
+    if gpu > 1 and gpu != int(gpu):
+        raise ExperimentError(
+            f'resources_per_worker["GPU"] must be a fraction below 1 (a share of one GPU) or a whole '
+            f"number of GPUs, but got {gpu!r}: Ray places a worker on one device or on whole devices.",
+            fix=f'Use resources_per_worker={{"GPU": {int(gpu)}}} or {{"GPU": {int(gpu) + 1}}}.',
+        )
+    if gpu < 1 and exp.max_workers > 1:
+        # Ray packs shares onto a device that has room (Ray 2.60 on fake GPUs: two bundles of
+        # 0.5 in one placement group both got GPU 0 of 2), so two ranks of one trial land on
+        # one GPU: NCCL refuses ("Duplicate GPU detected"), and on gloo each rank gets half
+        # the device's memory. Ray has no placement that keeps one trial's shares apart.
+        raise ExperimentError(
+            f"A trial of {exp.max_workers} workers (workers_per_trial / --workers-per-trial) needs a whole GPU "
+            f'per worker, but got resources_per_worker["GPU"]={gpu!r}: Ray would put two of its ranks on one '
+            'device, which NCCL refuses ("Duplicate GPU detected").',
+            fix='Use resources_per_worker={"GPU": 1} for multi-worker trials, or workers_per_trial=1 to pack '
+            "several one-worker trials on a GPU by fraction.",
         )
 
 

@@ -16,29 +16,70 @@ Resources = Mapping[str, float]
 _IGNORED = ("memory", "object_store_memory")
 
 
+# A node's GPUs are devices, not a pool: Ray gives a worker asking for a fraction below 1
+# a share of one device, and one asking for n >= 1 (whole numbers only) n whole devices. So
+# three trials at GPU 0.6 fit two GPUs twice, not three times as 1.8 <= 2 would say. Each
+# device's free share is kept under its own key beside the node's total.
+_DEVICE = "GPU#"
+
+
+def _with_devices(node: Resources) -> dict[str, float]:
+    free = dict(node)
+    if not any(key.startswith(_DEVICE) for key in free):
+        free.update({f"{_DEVICE}{i}": 1.0 for i in range(int(free.get("GPU", 0.0) + 1e-9))})
+    return free
+
+
+def _gpu_devices(amount: float, free: dict[str, float]) -> list[str] | None:
+    """The devices a worker's ``amount`` of GPU takes on this node, or None if it does not fit:
+    a fraction goes on the fullest device that still has room (Ray packs shares onto a
+    device in use), a whole number on that many unused devices."""
+    devices = [key for key in free if key.startswith(_DEVICE)]
+    if amount < 1:
+        room = [key for key in devices if free[key] + 1e-9 >= amount]
+        return [min(room, key=lambda key: free[key])] if room else None
+    unused = [key for key in devices if free[key] >= 1 - 1e-9]
+    count = round(amount)
+    return unused[:count] if len(unused) >= count else None
+
+
 def _fits(bundle: Resources, free: dict[str, float]) -> bool:
-    return all(free.get(key, 0.0) + 1e-9 >= amount for key, amount in bundle.items() if amount > 0)
+    if not all(free.get(key, 0.0) + 1e-9 >= amount for key, amount in bundle.items() if amount > 0):
+        return False
+    gpu = bundle.get("GPU", 0.0)
+    return gpu <= 0 or _gpu_devices(gpu, free) is not None
 
 
 def _take(bundle: Resources, free: dict[str, float]) -> None:
+    gpu = bundle.get("GPU", 0.0)
+    if gpu > 0:
+        for key in _gpu_devices(gpu, free) or []:
+            free[key] -= min(gpu, 1.0)
     for key, amount in bundle.items():
         free[key] = free.get(key, 0.0) - amount
 
 
+def _take_all(bundles: Sequence[Resources], free: dict[str, float]) -> bool:
+    for bundle in bundles:
+        if not _fits(bundle, free):
+            return False
+        _take(bundle, free)
+    return True
+
+
 def _place(bundles: Sequence[Resources], strategy: str, nodes: list[dict[str, float]]) -> bool:
     """First-fit placement of one trial's bundles onto ``nodes`` (mutated on success)."""
-    trial = [dict(node) for node in nodes]
-    if strategy == "STRICT_PACK":
-        total = {key: sum(b.get(key, 0.0) for b in bundles) for b in bundles for key in b}
-        for index, node in enumerate(trial):
-            if _fits(total, node):
-                _take(total, node)
-                nodes[index] = node
+    if strategy == "STRICT_PACK":  # every bundle on one node
+        for index, node in enumerate(nodes):
+            trial = _with_devices(node)
+            if _take_all(bundles, trial):
+                nodes[index] = trial
                 return True
         return False
+    trial_nodes = [_with_devices(node) for node in nodes]
     used: set[int] = set()
     for bundle in bundles:
-        for index, node in enumerate(trial):
+        for index, node in enumerate(trial_nodes):
             if strategy == "STRICT_SPREAD" and index in used:
                 continue
             if _fits(bundle, node):
@@ -47,12 +88,16 @@ def _place(bundles: Sequence[Resources], strategy: str, nodes: list[dict[str, fl
                 break
         else:
             return False
-    nodes[:] = trial
+    nodes[:] = trial_nodes
     return True
 
 
 def describe_resources(resources: Resources) -> str:
-    return ", ".join(f"{key}={value:g}" for key, value in sorted(resources.items()) if key not in _IGNORED)
+    return ", ".join(
+        f"{key}={value:g}"
+        for key, value in sorted(resources.items())
+        if key not in _IGNORED and not key.startswith(_DEVICE)
+    )
 
 
 def check_fit(*, num_workers: int, worker: Resources, strategy: str, nodes: Sequence[Resources]) -> None:

@@ -26,7 +26,11 @@ _RAY_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 
 def local_nodes() -> list[dict[str, float]]:
-    """The one node an embedded Ray would have on this machine."""
+    """The nodes of the Ray this process already uses (a notebook's ``ray.init(num_gpus=2)``:
+    its own CPUs, GPUs and custom resources), else the one node an embedded Ray would have on
+    this machine."""
+    if ray.is_initialized():
+        return cluster_nodes()
     import torch
 
     node = {"CPU": float(os.cpu_count() or 1)}

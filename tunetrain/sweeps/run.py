@@ -34,6 +34,7 @@ from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, ev
 from tunetrain.tracking import Journal, JournalState, Recorder, SweepLog, SweepRecorder
 from tunetrain.trial import (
     DRIVER_RESOURCES,
+    TrainGroupCleanup,
     TrialNamer,
     TrialSpec,
     build_datasets,
@@ -289,7 +290,7 @@ def _tuner(
         name=plan.sweep_name,
         storage_path=plan.storage_path,
         stop=stopper,
-        callbacks=[callback],
+        callbacks=[callback, TrainGroupCleanup()],
         failure_config=tune.FailureConfig(max_failures=exp.max_failures if exp.reuses_trial_process else 0),
         # Every trial's checkpoints are Tune's (see tunetrain/trial/), kept by the policy;
         # under PBT all of them: a recipient may restore any donor's at any time.
@@ -332,6 +333,7 @@ def _trainable(plan: SweepPlan, journaled: Mapping[str, TrialRecord], *, stream:
         train_loop=exp.train_loop,
         num_workers=exp.workers_per_trial,
         use_gpu=exp.use_gpu,
+        dist_backend=exp.backend,
         resources_per_worker=exp.worker_resources,
         placement_strategy=exp.placement_strategy,
         root_seed=plan.root_seed,

@@ -209,8 +209,8 @@ def _where(
     address, address_source = cluster.resolve_address(address)
     storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
     check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
-    # An embedded Ray gets this machine's resources, so the plan is checked before Ray starts;
-    # a cluster is asked (connecting starts nothing).
+    # The process's own Ray is asked; an embedded Ray gets this machine's resources, so the
+    # plan is checked before Ray starts; a cluster is asked (connecting starts nothing).
     if address is None:
         return _Where(store, address, address_source, storage, cluster.local_nodes())
     if dry_run:  # read, not connected to: a dry run starts no driver and writes no log

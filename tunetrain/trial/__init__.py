@@ -38,7 +38,7 @@ from tunetrain.trial._common import (
 from tunetrain.trial._data import build_datasets
 from tunetrain.trial._group import run_trial_on_group
 from tunetrain.trial._in_process import run_trial_in_process
-from tunetrain.trial._torch_trainer import run_trial
+from tunetrain.trial._torch_trainer import TrainGroupCleanup, run_trial
 
 __all__ = [
     "DIVERGED_KEY",
@@ -46,6 +46,7 @@ __all__ = [
     "NODES_KEY",
     "OOM_KEY",
     "RESTARTS_KEY",
+    "TrainGroupCleanup",
     "TrialNamer",
     "TrialSpec",
     "build_datasets",

@@ -37,6 +37,9 @@ DIVERGED_KEY = "tunetrain.diverged"
 # :func:`this_node`), sent with the first report and again when it changes (a restart, an
 # elastic resize).
 NODES_KEY = "tunetrain.nodes"
+# A TorchTrainer trial's Train placement groups (ids), reported when they change: the sweep
+# removes them when the trial ends (see trial._torch_trainer.TrainGroupCleanup).
+TRAIN_GROUPS_KEY = "tunetrain.train_groups"
 # A single-worker trial that ran out of memory reports this (its error and peak memory) with
 # the worst value of each objective, and ends; the sweep records it as "oom".
 OOM_KEY = "tunetrain.oom"
@@ -128,6 +131,8 @@ class TrialSpec:
     # The experiment's Ray Datasets, materialized once by the driver, and its DataConfig.
     datasets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     data_config: Any = None
+    # torch.distributed's backend for multi-worker trials ("nccl" or "gloo").
+    dist_backend: str = "gloo"
 
     def shards(
         self, world_size: int, worker_handles: list[Any] | None = None, node_ids: list[str] | None = None
@@ -248,7 +253,10 @@ def worker_main(
         context = ray.train.get_context()
         rank = context.get_world_rank()
         if mailbox is not None:  # where this rank runs, for the trial's record
-            mailbox.note_node.remote(rank, context.get_world_size(), this_node())
+            # Rank 0 also names the Train run's placement group, which the sweep removes
+            # when the trial ends (see TrainGroupCleanup).
+            group = ray.util.get_current_placement_group() if rank == 0 else None
+            mailbox.note_node.remote(rank, context.get_world_size(), this_node(), group)
         worker_seed = derive_seed(trial_seed, rank)
         seed_everything(worker_seed)
         _set_context(

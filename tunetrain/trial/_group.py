@@ -222,7 +222,13 @@ class _Worker:
     def node(self) -> dict[str, Any]:
         return this_node()
 
-    def setup(self, ranks: dict[str, int], master: tuple[str, int], backend: str) -> None:
+    def where(self) -> tuple[str, list[str]]:
+        """This worker's node id and the GPU ids Ray assigned it (no CUDA call: the devices a
+        process sees are fixed when CUDA starts, and setup() widens them first)."""
+        context = ray.get_runtime_context()
+        return context.get_node_id(), [str(i) for i in context.get_accelerator_ids().get("GPU") or []]
+
+    def setup(self, ranks: dict[str, int], master: tuple[str, int], backend: str, visible: str | None) -> None:
         import torch.distributed as dist
 
         # The variables Ray Train's torch backend sets (libraries such as transformers read them).
@@ -235,10 +241,18 @@ class _Worker:
             LOCAL_WORLD_SIZE=str(ranks["local_world_size"]),
             NODE_RANK=str(ranks["node_rank"]),
         )
-        if backend == "nccl":
+        self._device = None
+        if visible is not None:
+            # As Ray Train's TorchTrainer does: every rank of the trial on this node sees the
+            # GPUs of all of them (so NCCL can go peer to peer), and uses its own Ray-assigned
+            # one, at its place in that list (LOCAL_RANK, ranks being ordered by GPU id).
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+            own = ray.get_runtime_context().get_accelerator_ids()["GPU"][0]
+            self._device = visible.split(",").index(str(own))
             import torch
 
-            torch.cuda.set_device(0)  # the one GPU Ray made visible to this actor
+            if torch.cuda.is_available():  # not with Ray's fake GPUs on a CPU machine
+                torch.cuda.set_device(self._device)
         timeout = datetime.timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
         if ranks["world_rank"] != 0:  # rank 0 made the store in address()
             self._store = dist.TCPStore(master[0], master[1], ranks["world_size"], False, timeout=timeout)
@@ -252,7 +266,7 @@ class _Worker:
         import torch
         import torch.distributed as dist
 
-        device = torch.device("cuda", 0) if dist.get_backend() == "nccl" else torch.device("cpu")
+        device = torch.device("cuda", self._device or 0) if dist.get_backend() == "nccl" else torch.device("cpu")
         one = torch.ones(1, device=device)
         dist.all_reduce(one)
         return int(one.item()) == self._ranks["world_size"]
@@ -330,14 +344,20 @@ class _Group:
             ).remote()
             for i in range(num_workers)
         ]
-        self.nodes: list[dict[str, Any]] = ray.get([w.node.remote() for w in self.workers])
-        order = list(dict.fromkeys(n["node_id"] for n in self.nodes))
+        where = ray.get([w.where.remote() for w in self.workers])
+        order = list(dict.fromkeys(node_id for node_id, _ in where))
+        # Ranks in Ray Train's order: grouped by node, then by lowest GPU id.
+        ranked = sorted(
+            range(num_workers),
+            key=lambda i: (order.index(where[i][0]), min((int(g) for g in where[i][1]), default=-1)),
+        )
+        self.workers = [self.workers[i] for i in ranked]
+        where = [where[i] for i in ranked]
         master = ray.get(self.workers[0].address.remote(num_workers))
-        backend = "nccl" if spec.use_gpu else "gloo"
         setups = []
         for rank, worker in enumerate(self.workers):
-            node_id = self.nodes[rank]["node_id"]
-            same_node = [r for r, n in enumerate(self.nodes) if n["node_id"] == node_id]
+            node_id = where[rank][0]
+            same_node = [r for r, (n, _) in enumerate(where) if n == node_id]
             ranks = {
                 "world_size": num_workers,
                 "world_rank": rank,
@@ -345,8 +365,12 @@ class _Group:
                 "local_world_size": len(same_node),
                 "node_rank": order.index(node_id),
             }
-            setups.append(worker.setup.remote(ranks, master, backend))
+            gpus = sorted({g for r in same_node for g in where[r][1]}, key=int)
+            visible = ",".join(gpus) if where[rank][1] else None
+            setups.append(worker.setup.remote(ranks, master, spec.dist_backend, visible))
         ray.get(setups, timeout=_COLLECTIVE_TIMEOUT_S)
+        # After setup: a GPU rank's device is known once its visible GPUs are set.
+        self.nodes: list[dict[str, Any]] = ray.get([w.node.remote() for w in self.workers])
 
     def healthy(self) -> bool:
         try:

@@ -1,0 +1,215 @@
+"""GPU trials on Ray's fake GPUs: placement, visibility and packing, on a real Ray.
+
+Ray schedules GPUs as a resource whether or not CUDA is there (``ray.init(num_gpus=2)``)
+and sets ``CUDA_VISIBLE_DEVICES`` from its assignment, so what each rank is given is
+tested here on CPU. The sweeps run in this process, on the Ray it started, as a notebook's
+``ray.init(num_gpus=2)`` then ``tunetrain.sweep(...)`` would. The trials use gloo
+(``dist_backend="gloo"``): this machine's torch has no NCCL.
+
+Each rank tells a meeting actor what it was given, and waits there until as many trials
+as should run at once have arrived (60 s at most), so "N at once" is observed, not timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write_experiment
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "tunetrain-fake-gpus"
+GPUS = 2
+
+LOOP = """
+import os
+
+import ray
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule, get_context
+
+
+def loop(config):
+    context = get_context()
+    ids = [str(i) for i in ray.get_gpu_ids()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    seen = {
+        "trial": context.trial_name, "rank": context.rank, "pid": os.getpid(), "gpu_ids": ids,
+        "visible": visible, "local_rank": ray.train.get_context().get_local_rank(),
+        "env_local_rank": os.environ.get("LOCAL_RANK"),
+        # The device the rank uses: its own GPU's place among those it sees (Ray Train's rule).
+        "device": visible.split(",").index(ids[0]) if ids and ids[0] in visible.split(",") else None,
+    }
+    meeting = ray.get_actor("@MEETING@")
+    ray.get(meeting.enter.remote(seen, @WANT@))
+    try:
+        for step in range(2):
+            ray.train.report({"loss": config["x"] + step})  # the last one may end the loop here
+    finally:
+        ray.get(meeting.leave.remote(seen))
+
+
+experiment = Experiment(
+    name="gpus", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=4, stop=StopRule(max_iterations=2), seed=0,
+    use_gpu=True, dist_backend="gloo", resources_per_worker=@RESOURCES@,
+)
+"""
+
+
+def _body(*, meeting: str, want: int, resources: str) -> str:
+    return LOOP.replace("@MEETING@", meeting).replace("@WANT@", str(want)).replace("@RESOURCES@", resources)
+
+
+class _Meeting:
+    """Where the ranks say what they were given; ``enter`` returns once ``want`` trials
+    have been inside at once (or after 60 s)."""
+
+    def __init__(self) -> None:
+        self.inside: dict[tuple[str, int], dict[str, Any]] = {}
+        self.snapshots: list[list[dict[str, Any]]] = []  # what was inside, at each arrival
+        self.most = 0  # the most trials inside at once
+        self.changed = asyncio.Condition()
+
+    async def enter(self, seen: dict[str, Any], want: int) -> None:
+        async with self.changed:
+            self.inside[(seen["trial"], seen["rank"])] = seen
+            self.snapshots.append(list(self.inside.values()))
+            self.most = max(self.most, len({trial for trial, _ in self.inside}))
+            self.changed.notify_all()
+            with contextlib.suppress(TimeoutError):  # the test then finds fewer at once
+                await asyncio.wait_for(self.changed.wait_for(lambda: self.most >= want), timeout=60)
+
+    async def leave(self, seen: dict[str, Any]) -> None:
+        async with self.changed:
+            self.inside.pop((seen["trial"], seen["rank"]), None)
+
+    async def report(self) -> tuple[list[list[dict[str, Any]]], int]:
+        return self.snapshots, self.most
+
+
+@pytest.fixture(scope="module")
+def fake_gpu_ray() -> Iterator[None]:
+    """This process's own Ray with 2 fake GPUs (the suite's embedded Ray stopped first; the
+    next sweep of another module starts it again)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, num_gpus=GPUS, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _sweep(workdir: Path, *, runner: Any, workers: int, resources: str, want: int) -> tuple[Any, list[Any], int]:
+    """Run the experiment; returns the sweep's result, the meeting's snapshots and the most
+    trials that were inside at once."""
+    import ray
+
+    import tunetrain
+
+    meeting_name = f"meeting-{runner}-{workers}-{workdir.name}"
+    meeting: Any = ray.remote(_Meeting).options(name=meeting_name).remote()
+    try:
+        body = _body(meeting=meeting_name, want=want, resources=resources)
+        path = write_experiment(workdir, body)
+        stream = io.StringIO()
+        result = tunetrain.sweep(
+            path, trial_runner=runner, workers_per_trial=workers, report=False, register=False, stream=stream
+        )
+        assert result.status == "ok", stream.getvalue()
+        assert all(t.status == "completed" for t in result.trials), stream.getvalue()
+        snapshots, most = ray.get(meeting.report.remote())
+    finally:
+        ray.kill(meeting)
+    return result, snapshots, most
+
+
+def _trials(snapshot: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_trial: dict[str, list[dict[str, Any]]] = {}
+    for seen in snapshot:
+        by_trial.setdefault(seen["trial"], []).append(seen)
+    return by_trial
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+@pytest.mark.parametrize(
+    ("runner", "workers"),
+    [("in_process", 1), ("worker_group", 1), ("worker_group", 2), ("torch_trainer", 1), ("torch_trainer", 2)],
+)
+def test_each_rank_sees_its_trials_gpus_uses_its_own_and_no_gpu_is_held_twice(
+    workdir: Path, runner: Any, workers: int
+) -> None:
+    at_once = GPUS // workers  # whole GPUs: two 1-worker trials, or one 2-worker trial
+    result, snapshots, most = _sweep(workdir, runner=runner, workers=workers, resources='{"CPU": 1}', want=at_once)
+    assert result.plan is not None and result.plan.max_concurrent == at_once
+    assert most == at_once  # the plan's "N at once" ran at once
+    for snapshot in snapshots:
+        held: list[str] = []
+        for ranks in _trials(snapshot).values():
+            trial_ids = [gpu for seen in ranks for gpu in seen["gpu_ids"]]
+            assert len(trial_ids) == len(ranks) == len(set(trial_ids))  # one GPU per rank, never shared
+            held += trial_ids
+        assert len(held) == len(set(held)), snapshot  # no two running trials hold one GPU
+    everyone = [seen for snapshot in snapshots for seen in snapshot]
+    for trial, ranks in _trials(everyone).items():
+        ranks = list({seen["rank"]: seen for seen in ranks}.values())
+        assert len(ranks) == workers, trial
+        union = ",".join(sorted({seen["gpu_ids"][0] for seen in ranks}, key=int))
+        for seen in ranks:
+            # Ray Train's rule: the ranks of a trial on a node see all its GPUs, each using its
+            # own at its place in that list, which is its local rank.
+            assert seen["visible"] == union, seen
+            assert seen["device"] == seen["local_rank"], seen
+            if workers > 1:
+                assert seen["env_local_rank"] == str(seen["local_rank"]), seen
+    if runner == "worker_group":  # a reused group keeps each process on the same GPU
+        gpu_of_pid: dict[int, set[str]] = {}
+        for seen in everyone:
+            gpu_of_pid.setdefault(seen["pid"], set()).update(seen["gpu_ids"])
+        assert all(len(gpus) == 1 for gpus in gpu_of_pid.values()), gpu_of_pid
+        assert len(gpu_of_pid) < 4 * workers  # 4 trials: some ran on a group that ran one before
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+def test_four_one_worker_trials_at_half_a_gpu_run_four_at_once_two_per_gpu(workdir: Path) -> None:
+    result, snapshots, most = _sweep(
+        workdir, runner="in_process", workers=1, resources='{"CPU": 1, "GPU": 0.5}', want=4
+    )
+    assert result.plan is not None and result.plan.max_concurrent == 4
+    assert most == 4
+    (full,) = [s for s in snapshots if len(_trials(s)) == 4][:1]
+    per_gpu: dict[str, int] = {}
+    for seen in full:
+        (gpu,) = seen["gpu_ids"]
+        per_gpu[gpu] = per_gpu.get(gpu, 0) + 1
+    assert per_gpu == {"0": 2, "1": 2}
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+def test_the_plan_is_checked_against_this_processes_ray_and_a_gpu_it_can_never_place_is_refused(
+    workdir: Path,
+) -> None:
+    import tunetrain
+    from tunetrain import ExperimentError
+
+    body = _body(meeting="unused", want=1, resources='{"CPU": 1}')
+    path = write_experiment(workdir, body)
+    # The machine has no GPU, but this process's Ray has two: the plan is made on them.
+    stream = io.StringIO()
+    result = tunetrain.sweep(path, dry_run=True, stream=stream)
+    assert result.plan is not None and result.plan.max_concurrent == 2, stream.getvalue()
+    assert "at most 2 at once" in stream.getvalue()
+    # Three whole GPUs per worker on nodes of two: refused before any trial starts.
+    body = _body(meeting="unused", want=1, resources='{"CPU": 1, "GPU": 3}')
+    path = write_experiment(workdir, body, name="three.py")
+    with pytest.raises(ExperimentError, match=r"can never provide.*GPU=2"):
+        tunetrain.sweep(path, dry_run=True, stream=io.StringIO())
