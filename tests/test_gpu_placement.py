@@ -213,3 +213,40 @@ def test_the_plan_is_checked_against_this_processes_ray_and_a_gpu_it_can_never_p
     path = write_experiment(workdir, body, name="three.py")
     with pytest.raises(ExperimentError, match=r"can never provide.*GPU=2"):
         tunetrain.sweep(path, dry_run=True, stream=io.StringIO())
+
+
+BUDGETED = """
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range(5):
+        time.sleep(0.4)  # stands for a training step
+        ray.train.report({"loss": config["x"] / (step + 1)})
+
+
+experiment = Experiment(
+    name="gpu_budgeted", train_loop=loop, space={"x": tune.uniform(0, 1)}, metric="loss", mode="min",
+    scheduler="fifo", searcher="random", num_samples=8, stop=StopRule(max_iterations=5), seed=4, baseline=False,
+    use_gpu=True,
+)
+"""
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+def test_a_gpu_hour_budget_is_charged_for_the_gpus_trials_hold(workdir: Path) -> None:
+    from tests.conftest import run_cli
+    from tunetrain.results.analysis import load_sweep
+
+    # 8 trials of about 2 s on one GPU each, 2 at once: about 16 GPU-seconds, against 7.2.
+    status, out = run_cli("sweep", str(write_experiment(workdir, BUDGETED)), "--budget", "0.002gpu-h", "--no-report")
+    assert status == 0, out
+    sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    launched = len(sweep.runs)
+    assert 1 <= launched < 8 and set(sweep.trials()["status"]) == {"completed"}
+    reason = sweep.tags["tunetrain.stop_reason"]
+    assert reason.startswith("budget 0.002gpu-h: ") and f"stopped launching after {launched} trial(s)" in reason
