@@ -495,3 +495,25 @@ def test_a_torn_pickled_error_reads_as_absent_and_a_whole_one_loads(tmp_path: Pa
     assert isinstance(loaded, ValueError) and str(loaded) == "the trial's error"
     (tmp_path / "error.pkl").write_bytes(whole[: len(whole) // 2])  # a full disk cut the write short
     assert Trial.get_pickled_error(trial) is None
+
+
+def test_note_tune_stop_signal_wraps_tunes_ctrl_c_handler_and_tune_still_stops() -> None:
+    import signal
+
+    from ray.tune import tune as tune_module
+
+    from tunetrain._internals import note_tune_stop_signal
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        # What Tuner.fit does first: Ray 2.60's own handler, which sets a private event.
+        event = tune_module._setup_signal_catching()
+        noted: list[bool] = []
+        note_tune_stop_signal(lambda: noted.append(True))
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        handler(signal.SIGINT, None)  # Ctrl+C
+        assert noted == [True] and event.is_set()  # the sweep knows, and Tune stops gracefully
+        assert signal.getsignal(signal.SIGINT) is before  # Tune put the earlier handler back
+    finally:
+        signal.signal(signal.SIGINT, before)

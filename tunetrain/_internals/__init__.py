@@ -50,6 +50,7 @@ from tunetrain._internals._ray import (
     train_fn_utils_base,
     tune_session,
 )
+from tunetrain._internals._tune_signal import note_tune_stop_signal
 
 __all__ = [
     "RecordsExploits",
@@ -61,6 +62,7 @@ __all__ = [
     "hyperband_bracket_sizes",
     "local_ray_address",
     "mlflow_metric_key_problem",
+    "note_tune_stop_signal",
     "picklable_sampler",
     "ray_address_file",
     "ray_logs_dir",

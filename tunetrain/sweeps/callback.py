@@ -16,6 +16,7 @@ from ray import tune
 from ray.train.constants import CHECKPOINT_DIR_NAME
 
 from tunetrain import space as spaces
+from tunetrain._internals import note_tune_stop_signal
 from tunetrain.records import ENDED, TrialRecord, error_headline
 from tunetrain.seeding import derive_seed
 from tunetrain.sweeps.console import LiveView
@@ -69,6 +70,12 @@ class SweepCallback(tune.Callback):
         exp = plan.experiment
         self.score_attribute = exp.checkpoint.score_attribute or exp.primary_metric
         self.score_order = exp.checkpoint.score_order or exp.primary_mode
+
+        self.stop_signalled = False  # Ctrl+C reached Tune's graceful stop (see setup)
+
+    def setup(self, *args: Any, **info: Any) -> None:
+        # Tune's own Ctrl+C handler ends the run as if it had finished: note that it came.
+        note_tune_stop_signal(lambda: setattr(self, "stop_signalled", True))
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks with the experiment state; the recorder (a thread) and

@@ -140,7 +140,7 @@ def run_sweep(
     finally:
         # Whatever happened, nothing stays RUNNING: close every trial and the sweep.
         if callback is not None:
-            interrupted = callback.end_unfinished() or interrupted
+            interrupted = callback.end_unfinished() or callback.stop_signalled or interrupted
         records = sorted(callback.records.values(), key=lambda r: r.index) if callback else []
         live.update(records, force=True)
         live.close()

@@ -1,0 +1,31 @@
+"""The seam's use of Ray Tune's private Ctrl+C handling (see :mod:`tunetrain._internals`)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def note_tune_stop_signal(noted: Callable[[], None]) -> None:
+    """Call ``noted`` when Ctrl+C (SIGINT) reaches Tune's graceful stop, then stop as Tune does.
+
+    Ray 2.60's ``tune.run`` (``ray.tune.tune._setup_signal_catching``) installs its own SIGINT
+    handler, which only sets a private event, and ``Tuner.fit`` then returns as if the run had
+    ended: a sweep whose trials were all between runs (one finished, the next not started)
+    looked finished. Called from a Tune callback's ``setup`` (after Tune installed its
+    handler, on the main thread), this wraps that handler. Off the main thread, or where no
+    Python handler is installed, it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    tune_handler = signal.getsignal(signal.SIGINT)
+    if not callable(tune_handler):
+        return
+
+    def noted_then_tunes(signum: int, frame: Any) -> None:
+        noted()
+        tune_handler(signum, frame)  # Tune's: sets its event and puts the earlier handler back
+
+    signal.signal(signal.SIGINT, noted_then_tunes)
