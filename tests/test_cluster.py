@@ -50,8 +50,9 @@ class Cluster:
         self.tracking_uri = ""
         self.storage = str(folder / "shared_storage")  # every node sees it: they share this machine's disk
 
-    def start_node(self, resource: str, *, head: bool = False) -> None:
-        command = ["ray", "start", "--block", "--num-cpus=1", f"--resources={json.dumps({resource: 1})}"]
+    def start_node(self, resource: str, *, head: bool = False, cpus: int = 1, gpus: int = 0) -> None:
+        command = ["ray", "start", "--block", f"--num-cpus={cpus}", f"--resources={json.dumps({resource: 1})}"]
+        command += [f"--num-gpus={gpus}"]  # Ray's fake GPUs where gpus > 0: a resource, no CUDA
         command += ["--object-store-memory=150000000", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
         if head:
             command += ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}"]
@@ -349,6 +350,63 @@ def test_sweeps_on_a_two_node_cluster_with_a_tracking_server(cluster: Cluster) -
     refused = tunetrain(cluster, "sweep", str(cluster.folder / "placed.py"), "--address", cluster.address)
     out, _ = refused.communicate(timeout=120)
     assert refused.returncode == 2 and "no --storage was given" in out, out
+
+
+# GPU trials that say which GPUs Ray gave them; over gloo (no CUDA here).
+ON_GPUS = """
+import ray
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    gpus = [int(g) for g in ray.get_gpu_ids()]
+    for step in range(2):
+        ray.train.report({"loss": config["x"] / (step + 1), "gpus_held": len(gpus)})
+
+
+experiment = Experiment(
+    name="on_gpus", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
+    scheduler="fifo", searcher="random", num_samples=2, use_gpu=True, dist_backend="gloo",
+    stop=StopRule(max_iterations=2), seed=3, baseline=False,
+)
+"""
+
+
+def test_gpu_trials_run_on_the_worker_node_that_has_the_gpus_and_the_drivers_node_needs_none(
+    cluster: Cluster,
+) -> None:
+    common = ("--address", cluster.address, "--tracking-uri", cluster.tracking_uri, "--storage", cluster.storage)
+    cluster.start_node("gpu_node", cpus=2, gpus=2)  # the head node (the driver's) has no GPU
+    script = (
+        "import logging, ray\n"
+        f"ray.init(address={cluster.address!r}, logging_level=logging.ERROR)\n"
+        "print(','.join(n['NodeID'] for n in ray.nodes() if n['Alive'] and n['Resources'].get('GPU')))\n"
+    )
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    gpu_node = found.stdout.strip()
+    assert gpu_node and "," not in gpu_node, found.stdout + found.stderr
+
+    path = str(write_experiment(cluster.folder, ON_GPUS, "on_gpus.py"))
+    dry = finish(tunetrain(cluster, "sweep", path, *common, "--dry-run", "--name", "gpu-dry"))
+    assert "at most 2 at once" in dry, dry  # planned on the cluster's GPUs, not the driver's none
+    for runner, workers in (("in_process", "1"), ("worker_group", "2"), ("torch_trainer", "2")):
+        name = f"gpus-{runner}-{workers}"
+        args = ("--trial-runner", runner, "--workers-per-trial", workers, "--name", name)
+        out = finish(tunetrain(cluster, "sweep", path, *common, *args))
+        assert "2 completed" in out, out
+        client = MlflowClient(cluster.tracking_uri)
+        exp = client.get_experiment_by_name("on_gpus")
+        assert exp is not None
+        (parent,) = client.search_runs([exp.experiment_id], f"tags.`tunetrain.sweep_name` = '{name}'")
+        runs = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        assert len(runs) == 2
+        for run in runs:
+            # Every rank ran on the GPU node, holding one GPU.
+            assert set(run.data.tags["tunetrain.node_ids"].split(",")) == {gpu_node}, (name, run.data.tags)
+            assert run.data.metrics["gpus_held"] == 1.0, name
 
 
 def test_doctor_without_a_cluster_names_the_problem_and_the_fix(tmp_path: Path) -> None:

@@ -250,3 +250,73 @@ def test_a_gpu_hour_budget_is_charged_for_the_gpus_trials_hold(workdir: Path) ->
     assert 1 <= launched < 8 and set(sweep.trials()["status"]) == {"completed"}
     reason = sweep.tags["tunetrain.stop_reason"]
     assert reason.startswith("budget 0.002gpu-h: ") and f"stopped launching after {launched} trial(s)" in reason
+
+
+# Two-worker GPU trials, one per fault: none, CUDA out of memory (every rank), and an NCCL
+# timeout as torch reports it: raised from the collective (DistBackendError), or, as NCCL's
+# watchdog does by default (TORCH_NCCL_ASYNC_ERROR_HANDLING), the rank's process aborted.
+FAULTY = """
+import os
+import sys
+
+import ray.train
+import torch
+import torch.distributed
+from ray import tune
+from tunetrain import Experiment, StopRule, get_context
+
+NCCL_TIMEOUT = (
+    "[PG ID 0 PG GUID 0(default_pg) Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
+    "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."
+)
+
+
+def loop(config):
+    rank = get_context().rank
+    for step in range(3):
+        if step == 1 and config["fault"] == "cuda_oom":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        if step == 1 and config["fault"] == "nccl_raise":
+            raise torch.distributed.DistBackendError(NCCL_TIMEOUT)
+        if step == 1 and config["fault"] == "nccl_abort" and rank == 1:
+            print("terminate called after throwing an instance of 'c10::DistBackendError'", file=sys.stderr)
+            print("  what():  " + NCCL_TIMEOUT, file=sys.stderr, flush=True)
+            os.abort()
+        ray.train.report({"loss": float(step)})
+        torch.distributed.barrier()  # as a DDP step's all-reduce: no rank runs ahead
+
+
+experiment = Experiment(
+    name="gpu_faults", train_loop=loop, metric="loss", mode="min",
+    space={"fault": tune.grid_search(["none", "cuda_oom", "nccl_raise", "nccl_abort"])},
+    scheduler="fifo", searcher="grid", num_samples=1, stop=StopRule(max_iterations=3), seed=5, baseline=False,
+    use_gpu=True, dist_backend="gloo", workers_per_trial=2,
+)
+"""
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+@pytest.mark.parametrize("runner", ["worker_group", "torch_trainer"])
+def test_cuda_out_of_memory_is_oom_and_an_nccl_timeout_fails_its_trial_not_the_sweep(
+    workdir: Path, runner: Any
+) -> None:
+    import tunetrain
+
+    stream = io.StringIO()
+    result = tunetrain.sweep(
+        write_experiment(workdir, FAULTY), trial_runner=runner, report=False, register=False, stream=stream
+    )
+    out = stream.getvalue()
+    assert result.status == "ok", out  # the sweep ran every trial and finished
+    by_fault = {t.config["fault"]: t for t in result.trials}
+    assert by_fault["none"].status == "completed", out
+    assert by_fault["cuda_oom"].status == "oom" and "CUDA out of memory" in (by_fault["cuda_oom"].error or ""), out
+    for fault in ("nccl_raise", "nccl_abort"):
+        assert by_fault[fault].status == "failed", (fault, out)
+    assert "Watchdog caught collective operation timeout" in (by_fault["nccl_raise"].error or ""), out
+    assert "A collective timed out: " in out and "NCCL_DEBUG=INFO" in out  # the summary says what it was
+    # Nothing stays RUNNING in MLflow.
+    from tunetrain.results.analysis import load_sweep
+
+    sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    assert {r.status for r in sweep.runs} <= {"FINISHED", "FAILED"}, [r.status for r in sweep.runs]

@@ -220,6 +220,14 @@ _REMEDIES = (
 )
 
 
+# What torch's process groups say when a collective timed out (NCCL's watchdog; gloo's).
+_COLLECTIVE_TIMEOUT = (
+    "Watchdog caught collective operation timeout",
+    "ms for recv operation to complete",
+    "ms for send operation to complete",
+)
+
+
 def _diagnoses(trials: list[TrialRecord]) -> list[str]:
     """Lines on trials that ran out of memory (with the remedies the experiment exposes), that
     stopped reporting, and whose data loading takes over a third of each step."""
@@ -245,6 +253,15 @@ def _diagnoses(trials: list[TrialRecord]) -> list[str]:
                 f"  The host ran out of memory ({', '.join(host[:8])}; Ray's memory monitor killed it and the sweep "
                 "went on): fewer trials at once (--max-concurrent) or less memory per trial."
             )
+    stalled = [t for t in trials if t.status == "failed" and any(m in (t.error or "") for m in _COLLECTIVE_TIMEOUT)]
+    if stalled:
+        lines += [
+            "",
+            f"A collective timed out: {len(stalled)} trial(s) ({', '.join(t.name for t in stalled[:8])}). A rank "
+            "stopped reaching an all-reduce or barrier the others waited in (a hang, a rank that raised or died, "
+            "uneven batches across ranks); the trial failed and the sweep went on. NCCL_DEBUG=INFO names the rank; "
+            "dist_backend='gloo' rules NCCL out.",
+        ]
     hung = [t for t in trials if t.status == "timed_out"]
     if hung:
         why = (hung[0].error or "").removeprefix("timed out: ")
