@@ -87,14 +87,16 @@ def train_loop(config: dict[str, Any]) -> None:
     train_ids, val_ids = ids[:split], ids[split:]
     generator = torch.Generator().manual_seed(get_context().worker_seed)  # batches follow the seed
 
-    def batch(data: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        starts = torch.randint(0, len(data) - context - 1, (train_cfg["batch_size"],), generator=gen)
-        return torch.stack([data[s : s + context] for s in starts.tolist()])
-
     model: Any = build_model(config, vocab_size)  # transformers' GPT2LMHeadModel
     if train_cfg["activation_checkpointing"]:  # recompute activations in backward: less memory, more compute
         model.gradient_checkpointing_enable()
     model = prepare_model(model, parallel_strategy=train_cfg["parallel_strategy"])  # Ray's, with FSDP on CPU too
+    device = next(model.parameters()).device  # where prepare_model put it: the worker's GPU, or the CPU
+
+    def batch(data: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        starts = torch.randint(0, len(data) - context - 1, (train_cfg["batch_size"],), generator=gen)
+        return torch.stack([data[s : s + context] for s in starts.tolist()]).to(device)
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
     warmup = max(1, int(config["warmup_frac"] * train_cfg["max_steps"]))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))

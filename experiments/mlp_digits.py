@@ -77,7 +77,8 @@ def train_loop(config: dict[str, Any]) -> None:
     )
     # Not sharded: every worker evaluates the whole held-out split, so the reported val_loss
     # and val_acc are the split's, however many workers the trial has.
-    val_loader = DataLoader(val_set, batch_size=256)
+    # prepare_data_loader without its sampler: moved to the worker's device (GPU or CPU) only.
+    val_loader = ray.train.torch.prepare_data_loader(DataLoader(val_set, batch_size=256), add_dist_sampler=False)
     model = ray.train.torch.prepare_model(build_model(config))  # DDP-wrapped with several workers
     optimizer = make_optimizer(model.parameters(), config)
     loss_fn = nn.CrossEntropyLoss()

@@ -110,7 +110,7 @@ def prepare_replay(
     runner = tags.get(schema.TRIAL_RUNNER_TAG, "auto")
     one_trial = experiment.replace(
         space=config,  # every value pinned: the searcher has nothing to choose
-        defaults={},
+        defaults=config,  # the same: what the experiment's preflight checks, as in its sweep
         num_samples=1,
         baseline=False,
         scheduler="fifo",
