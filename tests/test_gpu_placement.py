@@ -320,3 +320,14 @@ def test_cuda_out_of_memory_is_oom_and_an_nccl_timeout_fails_its_trial_not_the_s
 
     sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     assert {r.status for r in sweep.runs} <= {"FINISHED", "FAILED"}, [r.status for r in sweep.runs]
+
+
+@pytest.mark.usefixtures("fake_gpu_ray")
+def test_the_consent_gate_fires_on_a_gpu_sweep_at_its_gpu_default(workdir: Path) -> None:
+    from tests.conftest import run_cli
+
+    # No --confirm-above: a GPU sweep asks above 10gpu-h, and without a terminal it is refused.
+    status, out = run_cli("sweep", str(write_experiment(workdir, BUDGETED)), "--budget", "20gpu-h", "--name", "big")
+    assert status == 2, out
+    assert "--budget 20gpu-h allows" in out and "10gpu-h" in out and "--yes" in out, out
+    assert not (workdir / "tunetrain_results" / "big").exists()  # refused before anything started

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 # Every reported value depends on the seeded generators (Python, NumPy, torch); with
 # several workers, on every rank's draws (summed across ranks), and each rank reports the
-# seed it was given. `jitter` adds noise no seed controls.
+# seed it was given. `jitter` adds noise no seed controls; `step_time_s` is wall-clock time.
 STOCHASTIC = """
 import random
+import time
 
 import numpy as np
 import ray.train
@@ -43,7 +45,8 @@ def loop(config):
         loss = config["scale"] * float(draw) / (step + 1)
         if config["jitter"]:
             loss += random.SystemRandom().random()
-        metrics = {"loss": loss, "deterministic": float(torch.are_deterministic_algorithms_enabled())}
+        metrics = {"loss": loss, "deterministic": float(torch.are_deterministic_algorithms_enabled()),
+                   "step_time_s": time.perf_counter()}
         metrics.update({f"seed_rank{rank}": float(seed) for rank, seed in enumerate(seeds.tolist())})
         ray.train.report(metrics)
 
@@ -81,6 +84,8 @@ def test_a_replayed_trial_has_the_same_metric_history(workdir: Path) -> None:
     # Same config, same seed, same file: the same values at every step (exit 0).
     assert status == 0, out
     assert "Metric histories: identical over 4 step(s)." in out
+    # A time differs on every run: shown as such, not part of the verdict.
+    assert re.search(r"step_time_s +4  timing", out), out
     replayed = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}").runs[0]
     # The replay is a new run linked to the original, with the original's seed and config.
     assert replayed.tags["tunetrain.replay_of"] == original.run_id

@@ -47,6 +47,16 @@ class ReplaySpec:
     note: str = ""
 
 
+# Names ending in "_s" are times in seconds or rates per second (StepRunner's step_time_s,
+# tokens_per_s; Tune's time_this_iter_s): the same steps take a different time on every run,
+# so they are shown but never decide whether a replay is identical.
+TIMING_SUFFIX = "_s"
+
+
+def is_timing(metric: str) -> bool:
+    return metric.endswith(TIMING_SUFFIX)
+
+
 @dataclasses.dataclass
 class MetricComparison:
     metric: str
@@ -61,6 +71,11 @@ class MetricComparison:
     @property
     def identical(self) -> bool:
         return self.first_step is None and self.original_points == self.replayed_points
+
+    @property
+    def timing(self) -> bool:
+        """A time or a rate: compared and shown, not part of the verdict."""
+        return is_timing(self.metric)
 
 
 def prepare_replay(
@@ -123,6 +138,8 @@ def prepare_replay(
         seed=int(tags.get(schema.ROOT_SEED_TAG, 0)),
         deterministic=tags.get(schema.DETERMINISTIC_TAG) == "true",
         max_concurrent=1,
+        # On the device it ran on: a sweep's --use-gpu is not in the experiment file.
+        use_gpu=experiment.use_gpu or run.tags.get(schema.DEVICE_TAG) == "cuda",
     )
     return ReplaySpec(
         run=run, parent=parent, experiment=one_trial, seed=int(run.params[schema.SEED_TAG]), steps=steps, note=note
@@ -175,6 +192,9 @@ def describe(spec: ReplaySpec) -> str:
 def comparison_table(comparisons: list[MetricComparison]) -> str:
     lines = [f"  {'metric':<20} {'points':>7}  {'identical':<9}  first difference"]
     for c in comparisons:
+        if c.timing:
+            lines.append(f"  {c.metric:<20} {c.compared:>7}  {'timing':<9}  a time or rate: shown, not judged")
+            continue
         if c.identical:
             detail = ""
         elif c.first_step is not None:
@@ -190,4 +210,4 @@ def comparison_table(comparisons: list[MetricComparison]) -> str:
 
 def to_record(comparisons: list[MetricComparison]) -> dict[str, Any]:
     """The comparison as JSON, logged on the replay's run (``replay_comparison.json``)."""
-    return {"metrics": [dataclasses.asdict(c) | {"identical": c.identical} for c in comparisons]}
+    return {"metrics": [dataclasses.asdict(c) | {"identical": c.identical, "timing": c.timing} for c in comparisons]}
