@@ -223,9 +223,12 @@ class _WorkerUtils:
     def __init__(self, inner: Any, checkpoint: Any) -> None:
         self._inner = inner
         self._checkpoint = checkpoint
+        self.reports = 0  # reports this rank made (each one queued for Train's controller)
 
     def report(self, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        return self._inner.report(numbers_as_floats(metrics), *args, **kwargs)
+        out = self._inner.report(numbers_as_floats(metrics), *args, **kwargs)
+        self.reports += 1
+        return out
 
     def get_checkpoint(self) -> Any:
         return self._inner.get_checkpoint() or self._checkpoint
@@ -249,7 +252,8 @@ def worker_main(
     def train_loop_per_worker(config: dict[str, Any]) -> Any:
         if deterministic:
             make_deterministic()
-        _internals.set_train_fn_utils(_WorkerUtils(_internals.get_train_fn_utils(), start_checkpoint))
+        utils = _WorkerUtils(_internals.get_train_fn_utils(), start_checkpoint)
+        _internals.set_train_fn_utils(utils)
         context = ray.train.get_context()
         rank = context.get_world_rank()
         if mailbox is not None:  # where this rank runs, for the trial's record
@@ -272,6 +276,8 @@ def worker_main(
         try:
             return train_loop(config)
         except Exception as exc:
+            if mailbox is not None and context.get_world_size() > 1:
+                _let_the_controller_take_our_reports(mailbox, utils.reports)
             if not _out_of_memory(exc):
                 raise
             peak = _peak_memory_gib()
@@ -286,6 +292,27 @@ def worker_main(
             _set_context(None)
 
     return train_loop_per_worker
+
+
+# How long a failing rank of a TorchTrainer trial waits for Train's controller to take the
+# rounds every rank reported (it polls each worker every 2 s, Ray 2.60's default).
+REPORT_TAKEN_TIMEOUT_S = 20.0
+
+
+def _let_the_controller_take_our_reports(mailbox: Any, reports: int) -> None:
+    """Wait (bounded) until Train's controller has passed on this rank's ``reports`` rounds.
+
+    Ray Train 2.60's controller polls each worker for one queued report and its error; a
+    worker whose poll is still pending from an earlier round answers late, and as soon as any
+    rank's error is seen the run fails and reports still queued on the other ranks are
+    dropped: the last round that every rank reported never reaches the trial (CI:
+    test_a_two_worker_trial_out_of_memory_..., loss history []). Every rank has queued the
+    round once its report returned (Train's report waits for all ranks), so the round is
+    taken as soon as the slow poll answers, provided no error is seen first: the failing rank
+    raises after that. Bounded, for a rank that died before queueing its report.
+    """
+    if reports:
+        ray.get(mailbox.wait_rounds.remote(reports, REPORT_TAKEN_TIMEOUT_S))
 
 
 def _out_of_memory(exc: BaseException) -> bool:

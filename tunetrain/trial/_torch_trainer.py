@@ -42,11 +42,26 @@ class _ReportRelay:
         self._nodes: list[dict[str, Any]] = []  # per rank of the current worker group
         self._nodes_new = False  # noted since the driver last got them
         self._groups: list[Any] = []  # the Train run's placement groups (one per worker group)
+        self._rounds = 0  # reports Train's controller has passed on (each round of every rank)
+        self._rounds_changed = asyncio.Condition()
 
     async def put(self, item: Any) -> None:
         """Deliver ``item`` and return once the driver has acknowledged it."""
+        if isinstance(item, tuple) and isinstance(item[0], dict):  # a report (metrics, checkpoint, controller)
+            async with self._rounds_changed:
+                self._rounds += 1
+                self._rounds_changed.notify_all()
         await self._items.put(item)
         await self._acks.get()
+
+    async def wait_rounds(self, rounds: int, timeout_s: float) -> bool:
+        """Whether the controller has passed on ``rounds`` reports, waiting up to ``timeout_s``."""
+        async with self._rounds_changed:
+            try:
+                await asyncio.wait_for(self._rounds_changed.wait_for(lambda: self._rounds >= rounds), timeout_s)
+            except TimeoutError:
+                return False
+        return True
 
     async def get(self) -> tuple[Any, list[dict[str, Any]] | None, list[str]]:
         """The next item, the workers' nodes once every rank of a new group has noted its
