@@ -517,3 +517,22 @@ def test_note_tune_stop_signal_wraps_tunes_ctrl_c_handler_and_tune_still_stops()
         assert signal.getsignal(signal.SIGINT) is before  # Tune put the earlier handler back
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_signal_handlers_kept_puts_back_what_tune_left_installed() -> None:
+    import signal
+
+    from ray.tune import tune as tune_module
+
+    from tunetrain._internals import signal_handlers_kept
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)
+    try:
+        with signal_handlers_kept():
+            tune_module._setup_signal_catching()  # what Tuner.fit installs, and leaves when no Ctrl+C came
+            assert signal.getsignal(signal.SIGINT) is not before[0]
+        # The next Ctrl+C raises KeyboardInterrupt again (a notebook's next cell).
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)) == before
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGUSR1, before[1])

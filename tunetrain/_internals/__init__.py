@@ -50,7 +50,7 @@ from tunetrain._internals._ray import (
     train_fn_utils_base,
     tune_session,
 )
-from tunetrain._internals._tune_signal import note_tune_stop_signal
+from tunetrain._internals._tune_signal import note_tune_stop_signal, signal_handlers_kept
 
 __all__ = [
     "RecordsExploits",
@@ -74,6 +74,7 @@ __all__ = [
     "route_raylet_messages",
     "running_ray_instances",
     "set_train_fn_utils",
+    "signal_handlers_kept",
     "sql_log_metrics",
     "sql_metric_points",
     "sqlite_experiment_stage",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -29,3 +30,24 @@ def note_tune_stop_signal(noted: Callable[[], None]) -> None:
         tune_handler(signum, frame)  # Tune's: sets its event and puts the earlier handler back
 
     signal.signal(signal.SIGINT, noted_then_tunes)
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back the process's SIGINT and SIGUSR1 handlers when the block ends.
+
+    Ray 2.60's ``tune.run`` installs its handlers for both and puts SIGINT's back only when
+    one arrives: after a sweep that ended on its own, the next Ctrl+C in the same process (a
+    notebook's next cell) only set Tune's finished event and never raised KeyboardInterrupt.
+    Off the main thread (where Tune installs nothing) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, getattr(signal, "SIGUSR1", None)) if sig}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:  # None: installed outside Python; it cannot be put back
+                signal.signal(sig, handler)

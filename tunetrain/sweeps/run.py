@@ -131,7 +131,8 @@ def run_sweep(
             budget_gate=gate,
             records=opened.journaled,
         )
-        _tuner(plan, scheduler, callback, stopper, journaled=opened.journaled, stream=stream).fit()
+        with _internals.signal_handlers_kept():  # Tune leaves its Ctrl+C handler installed
+            _tuner(plan, scheduler, callback, stopper, journaled=opened.journaled, stream=stream).fit()
     except KeyboardInterrupt:
         interrupted = True
     except BaseException:
