@@ -225,6 +225,29 @@ def foreign_private_uses(source: str, own: set[str]) -> list[str]:
     return found
 
 
+def private_names_across_packages(sources: dict[str, str]) -> list[str]:
+    """Each import of a private name (or a name from a private module) of one tunetrain
+    package by a module of another: ``from tunetrain.results.analysis import _store`` in
+    tunetrain.api. The seam (``tunetrain._internals``) is for every package."""
+    found = []
+    for name, source in sources.items():
+        own = name.split(".")[1] if "." in name else ""
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "tunetrain" or len(parts) < 2 or parts[1] in (own, "_internals"):
+                continue
+            for alias in node.names:
+                if any(_private(part) for part in [*parts[2:], alias.name]):
+                    found.append(f"{name}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_private_name_of_one_tunetrain_package_is_used_by_another() -> None:
+    assert private_names_across_packages(_module_sources()) == []
+
+
 def test_no_import_cycles_at_module_or_function_level() -> None:
     assert cycles(import_graph(_module_sources())) == []
 
@@ -258,6 +281,15 @@ def test_the_rules_find_what_they_forbid() -> None:
         "pkg.c": "from . import a\n",
     }
     assert cycles(import_graph(broken)) == [["pkg.a", "pkg.b"]]
+    across = {
+        "tunetrain.api._sweep": "from tunetrain.results.analysis import _store, load_sweep\n",
+        "tunetrain.api.smoke": "from tunetrain.api._sweep import sweep\nfrom tunetrain._internals import x\n",
+        "tunetrain.cli": "from tunetrain.trial._common import worker_main\n",
+    }
+    assert private_names_across_packages(across) == [
+        "tunetrain.api._sweep: from tunetrain.results.analysis import _store",
+        "tunetrain.cli: from tunetrain.trial._common import worker_main",
+    ]
     assert import_graph(broken)["pkg.c"] == {"pkg.a"}
     body = "".join(f"    x{i} = {i}\n" for i in range(100))
     assert long_functions(f"def f():\n{body}") == [("f", 101)]

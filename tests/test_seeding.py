@@ -8,18 +8,18 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tunetrain import TrialContext, data_loader_seeding
-from tunetrain.context import _set_context
+from tunetrain.context import set_context
 from tunetrain.seeding import seed_everything
 
 
 def _order(worker_seed: int, num_workers: int = 0) -> list[float]:
-    _set_context(TrialContext("trial_0000", 0, 1, worker_seed, 0, 1))
+    set_context(TrialContext("trial_0000", 0, 1, worker_seed, 0, 1))
     try:
         data = TensorDataset(torch.arange(32, dtype=torch.float64))
         loader = DataLoader(data, batch_size=4, shuffle=True, num_workers=num_workers, **data_loader_seeding())
         return [float(x) for (batch,) in loader for x in batch]
     finally:
-        _set_context(None)
+        set_context(None)
 
 
 def test_data_loaders_shuffle_by_the_worker_seed() -> None:

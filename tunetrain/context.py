@@ -42,6 +42,7 @@ def get_context() -> TrialContext:
     return _current
 
 
-def _set_context(context: TrialContext | None) -> None:
+def set_context(context: TrialContext | None) -> None:
+    """Set (or clear) this worker's trial context: the trial runners' call, not the user's."""
     global _current
     _current = context

@@ -261,12 +261,12 @@ def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | No
 def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
     """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
     id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
-    from tunetrain.results.analysis import _store, load_sweep, nested_config
+    from tunetrain.results.analysis import existing_store, load_sweep, nested_config
 
     try:
         return spaces.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
     except ExperimentError as not_a_sweep:
-        store = _store(tracking_uri)
+        store = existing_store(tracking_uri)
         try:
             run = store.run(ref)
         except ExperimentError:

@@ -367,7 +367,7 @@ class Sweep:
         return {k: v for k, v in sorted(self.tags.items()) if k.startswith(schema.ENVIRONMENT_PREFIXES)}
 
 
-def _store(tracking_uri: str | None) -> SweepStore:
+def existing_store(tracking_uri: str | None) -> SweepStore:
     """The store ``tracking_uri`` names (None: ``MLFLOW_TRACKING_URI``, else ./mlflow.db),
     which must exist: reading never creates one."""
     found = resolve_tracking_uri(tracking_uri, flag="tracking_uri")
@@ -395,7 +395,7 @@ def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = Non
     """Every sweep in the store (of one experiment, or all), newest first: sweep, experiment,
     start_time, status, trials, metric, mode, best value, scheduler, searcher, run_id. The
     ``--smoke`` runs' sweeps only with ``smoke=True``."""
-    store = _store(tracking_uri)
+    store = existing_store(tracking_uri)
     names: dict[str, str] = {}
     rows = []
     for run in store.sweeps(experiment, smoke=smoke):
@@ -423,7 +423,7 @@ def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = Non
 
 def load_sweep(sweep: str | None = None, *, experiment: str | None = None, tracking_uri: str | None = None) -> Sweep:
     """A sweep by name or parent run id (None: the newest, of ``experiment`` when given)."""
-    store = _store(tracking_uri)
+    store = existing_store(tracking_uri)
     return Sweep(store, store.sweep(sweep, experiment=experiment))
 
 

@@ -60,7 +60,7 @@ def check_searcher(experiment: Experiment) -> None:
 
 def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri: str) -> WarmStart:
     """The evaluated points the sweeps (or trials) ``refs`` give ``experiment``."""
-    from tunetrain.results.analysis import _store, load_sweep, nested_config
+    from tunetrain.results.analysis import existing_store, load_sweep, nested_config
 
     check_searcher(experiment)
     points: list[tuple[dict[str, Any], list[float]]] = []
@@ -74,7 +74,7 @@ def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri
             runs, label = list(sweep.runs), sweep.name
         except ExperimentError as not_a_sweep:
             try:
-                runs, label = [_store(uri).run(name)], f"run {name}"
+                runs, label = [existing_store(uri).run(name)], f"run {name}"
             except ExperimentError:
                 raise ExperimentError(
                     f"--warm-start {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in {uri}.",

@@ -17,7 +17,7 @@ import ray.train
 from ray import tune
 
 from tunetrain import _internals
-from tunetrain.context import TrialContext, _set_context
+from tunetrain.context import TrialContext, set_context
 from tunetrain.records import HOST_OOM, as_number
 from tunetrain.seeding import derive_seed, seed_everything
 from tunetrain.storage import Storage
@@ -263,7 +263,7 @@ def worker_main(
             mailbox.note_node.remote(rank, context.get_world_size(), this_node(), group)
         worker_seed = derive_seed(trial_seed, rank)
         seed_everything(worker_seed)
-        _set_context(
+        set_context(
             TrialContext(
                 trial_name=name,
                 trial_index=index,
@@ -289,7 +289,7 @@ def worker_main(
             # run fails, and the trial driver reports the worst value (see run_trial).
             raise RuntimeError(f"{OOM_MARK} (peak allocated {peak} GiB): {headline(exc)}") from exc
         finally:
-            _set_context(None)
+            set_context(None)
 
     return train_loop_per_worker
 
