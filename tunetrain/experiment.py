@@ -235,6 +235,22 @@ class Experiment:
         """A copy with ``changes`` applied and validated again."""
         return dataclasses.replace(self, **changes)
 
+    def one_trial(self, *, stop: StopRule, **changes: Any) -> Experiment:
+        """This experiment as a single trial run alone, stopped by ``stop``: FIFO, the random
+        searcher (over ``changes``' space, where the caller pins what it runs), no baseline.
+        What ``--smoke`` and ``tunetrain replay`` run."""
+        return self.replace(
+            num_samples=1,
+            baseline=False,
+            scheduler="fifo",
+            scheduler_options={},
+            searcher="random",
+            searcher_options={},
+            max_concurrent=1,
+            stop=stop,
+            **changes,
+        )
+
     @property
     def worker_resources(self) -> dict[str, float]:
         """Ray resources of one worker, with the GPU added when ``use_gpu`` is set."""

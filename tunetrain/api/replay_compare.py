@@ -123,21 +123,14 @@ def prepare_replay(
     tags = parent.tags
     workers = parse_workers(str(tags.get(schema.WORKERS_PER_TRIAL_TAG, experiment.workers_per_trial)))
     runner = tags.get(schema.TRIAL_RUNNER_TAG, "auto")
-    one_trial = experiment.replace(
+    one_trial = experiment.one_trial(
+        stop=StopRule(max_iterations=steps),
         space=config,  # every value pinned: the searcher has nothing to choose
         defaults=config,  # the same: what the experiment's preflight checks, as in its sweep
-        num_samples=1,
-        baseline=False,
-        scheduler="fifo",
-        scheduler_options={},
-        searcher="random",
-        searcher_options={},
         workers_per_trial=workers,
         trial_runner=runner if runner in ("in_process", "worker_group", "torch_trainer") else "auto",
-        stop=StopRule(max_iterations=steps),
         seed=int(tags.get(schema.ROOT_SEED_TAG, 0)),
         deterministic=tags.get(schema.DETERMINISTIC_TAG) == "true",
-        max_concurrent=1,
         # On the device it ran on: a sweep's --use-gpu is not in the experiment file.
         use_gpu=experiment.use_gpu or run.tags.get(schema.DEVICE_TAG) == "cuda",
     )

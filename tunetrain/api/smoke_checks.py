@@ -42,17 +42,10 @@ def smoke_experiment(experiment: Experiment, *, steps: int) -> Experiment:
     space, defaults = experiment.space, experiment.defaults
     if experiment.smoke:
         space, defaults = apply_overrides(space, defaults, dict(experiment.smoke))
-    return experiment.replace(
+    return experiment.one_trial(
+        stop=StopRule(max_iterations=steps, max_trial_seconds=experiment.stop.max_trial_seconds),
         space=space,
         defaults=defaults,
-        num_samples=1,
-        baseline=False,
-        scheduler="fifo",
-        scheduler_options={},
-        searcher="random",
-        searcher_options={},
-        stop=StopRule(max_iterations=steps, max_trial_seconds=experiment.stop.max_trial_seconds),
-        max_concurrent=1,
         # The experiment's own checkpoint policy: the smoke keeps what the sweep would keep,
         # and the round trip starts from the latest checkpoint, which Tune always keeps.
     )
