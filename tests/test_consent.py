@@ -88,3 +88,19 @@ def test_a_sweep_over_the_threshold_without_a_terminal_exits_2_before_anything_s
     )
     status, out = run_cli("sweep", str(EXPERIMENTS / "mlp_digits.py"), "--confirm-above", "soon", "--dry-run")
     assert status == 2 and "--confirm-above must be a positive number with a unit" in out and "'soon'" in out
+
+
+def test_the_old_name_and_the_new_one_are_one_setting_named_as_typed(workdir: Path) -> None:
+    import tunetrain
+    from tunetrain.sweeps.request import ask_above_setting
+
+    # The same rule for the CLI's flags and the Python keywords, each named as the user typed it.
+    status, out = run_cli(
+        "sweep", str(EXPERIMENTS / "mlp_digits.py"), "--ask-above", "1h", "--confirm-above", "2h", "--dry-run"
+    )
+    assert status == 2 and "--ask-above and --confirm-above are one setting" in out and "'2h'" in out, out
+    with pytest.raises(tunetrain.ExperimentError, match="ask_above and confirm_above are one setting"):
+        tunetrain.sweep(str(EXPERIMENTS / "mlp_digits.py"), ask_above="1h", confirm_above="2h", dry_run=True)
+    assert ask_above_setting("1h", "1h") == ("1h", "--confirm-above")
+    assert ask_above_setting(None, "2h") == ("2h", "--confirm-above")
+    assert ask_above_setting("3h", None) == ("3h", "--ask-above")

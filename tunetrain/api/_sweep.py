@@ -16,7 +16,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.redaction import redact
 from tunetrain.storage import DEFAULT_STORAGE
-from tunetrain.sweeps.request import SweepRequest
+from tunetrain.sweeps.request import SweepRequest, ask_above_setting
 from tunetrain.sweeps.result import SweepResult
 from tunetrain.sweeps.session import execute
 from tunetrain.tracking.registry import CHAMPION_ALIAS
@@ -83,6 +83,7 @@ def sweep(
     ``recorder`` makes the recorder (:class:`tunetrain.tracking.NullRecorder`: recording
     off). Progress goes to ``stream`` (default stdout). docs/python_api.md has each keyword.
     """
+    asked_above, ask_flag = ask_above_setting(ask_above, confirm_above)
     request = SweepRequest(
         experiment=experiment if isinstance(experiment, Experiment) else os.fspath(experiment),
         fields={
@@ -110,30 +111,19 @@ def sweep(
         report=report,
         register=register,
         alias=alias,
-        ask_above=_ask_above(ask_above, confirm_above),
+        ask_above=asked_above,
         yes=yes,
         command=tuple(command) if command is not None else None,
     )
     return run_request(
         request,
-        ask_flag="--confirm-above" if confirm_above is not None else "--ask-above",
+        ask_flag=ask_flag,
         resume=resume,
         dry_run=dry_run,
         require_estimate=require_estimate,
         recorder=recorder,
         stream=stream,
     )
-
-
-def _ask_above(ask_above: str | None, confirm_above: str | None) -> str | None:
-    """``confirm_above``: the old name of ``ask_above`` (``--confirm-above``), still taken."""
-    if ask_above is not None and confirm_above is not None and ask_above != confirm_above:
-        raise ExperimentError(
-            f"ask_above and confirm_above are one setting (confirm_above is its old name), but got "
-            f"{ask_above=} and {confirm_above=}.",
-            fix="Pass ask_above only.",
-        )
-    return ask_above if ask_above is not None else confirm_above
 
 
 def run_request(

@@ -178,20 +178,16 @@ def _workers(text: str) -> int | tuple[int, int]:
 
 def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import api
+    from tunetrain.sweeps.request import ask_above_setting
 
     request = _request(args)
     if args.smoke:
         _refuse_with_smoke(args)
         smoked = api.smoke_request(request, steps=args.smoke_steps, stream=stream)
         return EXIT_OK if smoked.passed else EXIT_ALL_FAILED
-    if args.ask_above is not None and args.confirm_above is not None:
-        raise ExperimentError(
-            "--confirm-above is the old name of --ask-above, and both were given.",
-            fix="Pass --ask-above only.",
-        )
     result = api.run_request(
         request,
-        ask_flag="--confirm-above" if args.confirm_above is not None else "--ask-above",
+        ask_flag=ask_above_setting(args.ask_above, args.confirm_above)[1],
         resume=args.resume,
         dry_run=args.dry_run,
         require_estimate=args.estimate,
@@ -203,7 +199,7 @@ def sweep_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> i
 def _request(args: argparse.Namespace) -> SweepRequest:
     """The sweep the flags ask for; its errors name what the user typed (the flag, --set's text)."""
     from tunetrain.overrides import parse_assignment
-    from tunetrain.sweeps.request import SWEEP_FIELDS, SweepRequest
+    from tunetrain.sweeps.request import SWEEP_FIELDS, SweepRequest, ask_above_setting
     from tunetrain.tracking.registry import CHAMPION_ALIAS
 
     # The Experiment fields that sweep flags set (flag dest == field == tunetrain.sweep keyword).
@@ -220,7 +216,7 @@ def _request(args: argparse.Namespace) -> SweepRequest:
         report=not args.no_report,
         register=not args.no_register,
         alias=CHAMPION_ALIAS if args.alias is None else (args.alias or None),
-        ask_above=args.ask_above if args.ask_above is not None else args.confirm_above,
+        ask_above=ask_above_setting(args.ask_above, args.confirm_above, said_as=("--ask-above", "--confirm-above"))[0],
         yes=args.yes,
         command=tuple(_command(args)),
         typed={parse_assignment(t)[0]: t.partition("=")[2].strip() for t in args.overrides},

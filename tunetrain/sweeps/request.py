@@ -227,3 +227,21 @@ def check_recorded_file(path: str | os.PathLike[str], sha256: str | None, *, tru
             fix="Check the file (or pass the one you mean with --experiment-file), or pass --trust-changed-file "
             "(trust_changed_file=True) to import it anyway.",
         )
+
+
+def ask_above_setting(
+    ask_above: str | None, confirm_above: str | None, *, said_as: tuple[str, str] = ("ask_above", "confirm_above")
+) -> tuple[str | None, str]:
+    """The one setting that ``ask_above`` and its old name ``confirm_above`` give, and the flag
+    the consent question names (the one used). Both may be given only with the same value;
+    ``said_as`` names them as the user typed them (keywords, or the CLI's flags)."""
+    if ask_above is not None and confirm_above is not None and ask_above != confirm_above:
+        new, old = said_as
+        raise ExperimentError(
+            f"{new} and {old} are one setting ({old} is its old name), but got {new}={ask_above!r} and "
+            f"{old}={confirm_above!r}.",
+            fix=f"Pass {new} only.",
+        )
+    return (ask_above if ask_above is not None else confirm_above), (
+        "--confirm-above" if confirm_above is not None else "--ask-above"
+    )
