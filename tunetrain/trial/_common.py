@@ -3,6 +3,7 @@ out-of-memory values, the worker's wrapper of the train loop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -311,7 +312,10 @@ def _let_the_controller_take_our_reports(mailbox: Any, reports: int) -> None:
     taken as soon as the slow poll answers, provided no error is seen first: the failing rank
     raises after that. Bounded, for a rank that died before queueing its report.
     """
-    if reports:
+    if not reports:
+        return
+    # The trial's driver (and its relay) may have ended already: then raise as it was.
+    with contextlib.suppress(ray.exceptions.RayError):
         ray.get(mailbox.wait_rounds.remote(reports, REPORT_TAKEN_TIMEOUT_S))
 
 
