@@ -169,7 +169,7 @@ experiment = Experiment(
 
 
 def _no_ray_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("Ray was started")
@@ -363,7 +363,7 @@ def test_confirm_on_the_version_that_holds_the_alias_says_it_stays(tmp_path: Pat
 
 def test_ctrl_c_while_ray_starts_promises_no_resume(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: "interrupted; exiting now (tunetrain resume / sync finish the record)", with nothing to resume.
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     def ctrl_c(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -385,7 +385,7 @@ def test_ray_datas_messages_go_to_the_sweeps_log_not_the_console(
 
     import ray.data  # noqa: F401  # imported first, as an experiment file that builds datasets does
 
-    from tunetrain.sweeps.cluster import quiet_ray_data
+    from tunetrain.cluster import quiet_ray_data
 
     monkeypatch.delenv("RAY_DATA_LOGGING_CONFIG", raising=False)
     quiet_ray_data(tmp_path)

@@ -18,7 +18,7 @@ DEMO = str(EXPERIMENTS / "mlp_digits.py")
 def _nothing_started(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     import ray
 
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     # Every way the CLI starts or joins a Ray goes through cluster.connect, then ray.init; both
     # are watched, so the check holds whether or not an earlier test left a Ray running.
@@ -39,7 +39,7 @@ def _nothing_started(bare_workdir: Path, monkeypatch: pytest.MonkeyPatch) -> obj
 
 def _more_workers_than_this_machine_fits() -> tuple[list[str], str]:
     """--workers-per-trial one more than the embedded Ray's CPUs: refused on any machine."""
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     workers = int(sum(node["CPU"] for node in cluster.local_nodes())) + 1
     return [DEMO, "--workers-per-trial", str(workers)], f"A trial needs {workers} worker(s) x (CPU=1)"
@@ -47,7 +47,7 @@ def _more_workers_than_this_machine_fits() -> tuple[list[str], str]:
 
 def _gpus_this_machine_lacks() -> tuple[list[str], str]:
     """--use-gpu where there is no GPU; where there are GPUs, one worker more than they are."""
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     gpus = int(sum(node.get("GPU", 0) for node in cluster.local_nodes()))
     if gpus == 0:

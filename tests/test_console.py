@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tunetrain.console import LiveView, summary
 from tunetrain.records import SweepOutcome, TrialRecord
-from tunetrain.sweeps.console import LiveView, summary
 
 TERMINAL = """
 import ray.train
@@ -169,7 +169,7 @@ def test_a_sweep_on_a_terminal_shows_a_progress_bar_with_its_eta(tmp_path: Path)
 @pytest.mark.parametrize("columns", [80, 100, 160])
 def test_the_bar_keeps_the_best_so_far_on_a_narrow_terminal(columns: int) -> None:
     # Before: tqdm cut the line at the terminal's edge, and an 80-column terminal lost the best.
-    from tunetrain.sweeps.live import TerminalBar
+    from tunetrain.console.live import TerminalBar
 
     out = io.StringIO()
     bar = TerminalBar(total=9, stream=out, columns=columns)

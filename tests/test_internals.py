@@ -21,7 +21,7 @@ from tunetrain import _internals
 @pytest.fixture()
 def ray_up(ray_cluster: None, tmp_path: Path) -> None:
     """The session's embedded Ray, started as a sweep starts it."""
-    from tunetrain.sweeps.cluster import connect
+    from tunetrain.cluster import connect
 
     connect(None, log_dir=tmp_path / "logs")
 
@@ -162,7 +162,7 @@ def test_records_exploits_hooks_pbts_private_exploit_and_reads_its_mutations() -
     ]
     seen: list[Any] = []
 
-    class Hooked(_internals.RecordsExploits, PopulationBasedTraining):
+    class Hooked(_internals.ExploitHooks, PopulationBasedTraining):
         def exploited(self, trial: Any, donor: Any, old_config: dict[str, Any], before: Any) -> None:
             seen.append((trial, donor, old_config))
 

@@ -38,17 +38,29 @@ def _imports(path: Path) -> set[str]:
 _UP = ("tunetrain.api", "tunetrain.cli")
 # The run side speaks in records; only tracking names MLflow's tags (tracking.schema).
 _SCHEMA = ("tunetrain.tracking.schema",)
+_BELOW_STAGES = (
+    "tunetrain.sweeps",
+    "tunetrain.results",
+    "tunetrain.algorithms",
+    "tunetrain.trial",
+    "tunetrain.tracking",
+)
 FORBIDDEN = {
     "tunetrain.api": ("tunetrain.cli",),
     "tunetrain.sweeps": (*_UP, *_SCHEMA),
     **{
         f"tunetrain.sweeps.{stage}": ("tunetrain.results",)
-        for stage in ("run", "callback", "policy", "plan", "cluster", "console", "cost", "resumable", "request")
+        for stage in ("run", "callback", "policy", "plan", "cost", "resumable", "request")
     },
     "tunetrain.results": (*_UP, "tunetrain.sweeps", "tunetrain.algorithms", "tunetrain.trial"),
     "tunetrain.algorithms": (*_UP, "tunetrain.sweeps", "tunetrain.results", *_SCHEMA),
     "tunetrain.trial": (*_UP, "tunetrain.sweeps", "tunetrain.results", *_SCHEMA),
     "tunetrain.tracking": (*_UP, "tunetrain.sweeps", "tunetrain.results", "tunetrain.algorithms", "tunetrain.trial"),
+    # Not stages: what serves a registered model (above the record it loads from), where a
+    # sweep runs and what it shows (building blocks: they know no record).
+    "tunetrain.serving": (*_UP, "tunetrain.sweeps", "tunetrain.results", "tunetrain.algorithms", "tunetrain.trial"),
+    "tunetrain.cluster": (*_UP, *_BELOW_STAGES, "tunetrain.serving"),
+    "tunetrain.console": (*_UP, *_BELOW_STAGES, "tunetrain.serving", "tunetrain.cluster"),
 }
 
 
@@ -248,6 +260,73 @@ def test_no_private_name_of_one_tunetrain_package_is_used_by_another() -> None:
     assert private_names_across_packages(_module_sources()) == []
 
 
+# design.md: "the layers that run Ray import it at module level; every other module imports it
+# inside the function that needs it" (so that `tunetrain list` or a results notebook does not
+# pay Ray's import).
+RAY_AT_MODULE_LEVEL = (
+    "tunetrain.sweeps",
+    "tunetrain.algorithms",
+    "tunetrain.trial",
+    "tunetrain.cluster",
+    "tunetrain.doctor",
+    "tunetrain.experiment",  # ray.cloudpickle: an experiment travels to Ray's workers
+    "tunetrain._internals",
+)
+
+
+def imports_ray_at_module_level(source: str) -> bool:
+    """Whether ``source`` imports Ray outside every function and class (a ``TYPE_CHECKING``
+    block aside: it runs only under mypy)."""
+
+    def ray(node: ast.AST) -> bool:
+        if isinstance(node, ast.Import):
+            return any(a.name == "ray" or a.name.startswith("ray.") for a in node.names)
+        return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray"
+
+    def walk(nodes: list[ast.stmt]) -> bool:
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                if walk(node.orelse):
+                    return True
+                continue
+            if ray(node) or walk([n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt)]):
+                return True
+        return False
+
+    return walk(ast.parse(source).body)
+
+
+def test_ray_is_imported_at_module_level_only_by_the_layers_design_md_names() -> None:
+    importers = [
+        name
+        for name, source in _module_sources().items()
+        if imports_ray_at_module_level(source) and not name.startswith(RAY_AT_MODULE_LEVEL)
+    ]
+    assert importers == []
+
+
+def same_named_modules(names: list[str]) -> list[str]:
+    """Module names (the last part) that two packages both use, ``__init__`` and
+    ``__main__`` aside: ``sweeps/serving.py`` beside ``tracking/serving.py`` reads as one thing
+    in a traceback, an import or a search."""
+    places: dict[str, list[str]] = {}
+    for name in names:
+        *package, module = name.split(".")
+        places.setdefault(module, []).append(".".join(package))
+    return sorted(module for module, where in places.items() if len(where) > 1 and module != "__main__")
+
+
+def test_no_two_packages_hold_modules_of_one_name() -> None:
+    modules = [".".join(path.relative_to(REPO).with_suffix("").parts) for path in MODULES if path.name != "__init__.py"]
+    assert imports_ray_at_module_level("import os\ntry:\n    import ray\nexcept ImportError:\n    pass\n")
+    assert not imports_ray_at_module_level(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray\ndef f():\n    from ray import tune\n"
+    )
+    assert same_named_modules(modules) == []
+
+
 def test_no_import_cycles_at_module_or_function_level() -> None:
     assert cycles(import_graph(_module_sources())) == []
 
@@ -284,13 +363,18 @@ def test_the_rules_find_what_they_forbid() -> None:
     across = {
         "tunetrain.api._sweep": "from tunetrain.results.analysis import _store, load_sweep\n",
         "tunetrain.api.smoke": "from tunetrain.api._sweep import sweep\nfrom tunetrain._internals import x\n",
-        "tunetrain.cli": "from tunetrain.trial._common import worker_main\n",
+        "tunetrain.cli": "from tunetrain.trial._worker import worker_main\n",
     }
     assert private_names_across_packages(across) == [
         "tunetrain.api._sweep: from tunetrain.results.analysis import _store",
-        "tunetrain.cli: from tunetrain.trial._common import worker_main",
+        "tunetrain.cli: from tunetrain.trial._worker import worker_main",
     ]
     assert import_graph(broken)["pkg.c"] == {"pkg.a"}
+    assert imports_ray_at_module_level("import os\ntry:\n    import ray\nexcept ImportError:\n    pass\n")
+    assert not imports_ray_at_module_level(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray\ndef f():\n    from ray import tune\n"
+    )
+    assert same_named_modules(["t.sweeps.serving", "t.tracking.serving", "t.cli.run", "t.sweeps.plan"]) == ["serving"]
     body = "".join(f"    x{i} = {i}\n" for i in range(100))
     assert long_functions(f"def f():\n{body}") == [("f", 101)]
     assert long_functions(f"def f():\n{body[:-12]}") == []

@@ -126,7 +126,7 @@ experiment = Experiment(
 
 
 def _no_ray_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("Ray was started")

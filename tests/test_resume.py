@@ -6,7 +6,7 @@ import math
 
 from tests.conftest import make_experiment
 from tunetrain.sweeps.resumable import Resumable, changes
-from tunetrain.sweeps.run import records_from_journal
+from tunetrain.sweeps.run import journaled_trials
 from tunetrain.tracking import JournalState
 
 TAGS = {
@@ -70,7 +70,7 @@ def test_trials_are_rebuilt_from_the_journal_as_the_sweep_had_them() -> None:
         {"seq": 5, "op": "metrics", "trial": "trial_0000", "step": 2, "metrics": {"loss": math.nan}, "timestamp": 12.0},
         {"seq": 6, "op": "end_trial", "trial": "trial_0000", "status": "interrupted", "end_time": 13.0, "tags": {}},
     ]
-    (record,) = records_from_journal(entries, make_experiment()).values()
+    (record,) = journaled_trials(entries, make_experiment()).values()
     # The config comes back nested and typed, without tunetrain's own params.
     assert record.config == {"opt": {"lr": 0.1, "name": "adam"}}
     assert (record.trial_id, record.index, record.seed) == ("abc_00000", 0, 5)

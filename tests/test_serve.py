@@ -89,7 +89,7 @@ def test_a_request_that_does_not_fit_the_model_is_refused_naming_the_shape_it_ta
     import mlflow.pytorch
     import torch
 
-    from tunetrain.tracking.serving import predict
+    from tunetrain.tracking.model_files import predict
 
     x = np.zeros((2, 64), dtype=np.float32)
     # As the registry saves a sweep's model (tracking/registry.py): its input example sets the signature.

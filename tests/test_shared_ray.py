@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import write_experiment
 from tunetrain.cli import main
-from tunetrain.sweeps.cluster import resolve_address, running_local_ray
+from tunetrain.cluster import resolve_address, running_local_ray
 
 SIDE_BY_SIDE = """
 import time
@@ -117,7 +117,7 @@ def test_up_refuses_bad_flags_before_starting_anything(capsys: pytest.CaptureFix
 def test_a_sweep_about_to_start_a_second_ray_beside_another_says_so(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     monkeypatch.setattr(cluster, "other_rays", lambda: ["10.0.0.9:6379"])  # another sweep's embedded Ray
     status = main(["sweep", str(write_experiment(workdir, SIDE_BY_SIDE)), "--dry-run"])

@@ -88,7 +88,7 @@ def test_a_groups_rendezvous_port_is_held_from_the_moment_it_is_chosen(tmp_path:
 
     import ray
 
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
     from tunetrain.trial._group import _Worker
 
     cluster.connect(None, log_dir=tmp_path)  # the session's Ray, as a sweep starts it

@@ -42,7 +42,7 @@ __version__ = "0.1.0"
 
 # In a notebook, importing Ray Tune logs "Missing packages: ['ipywidgets']" (three times) and
 # an import of tqdm.auto warns "IProgress not found": advice for widgets tunetrain does not
-# use (its live display is plain HTML, tunetrain/sweeps/live.py), printed into the cell.
+# use (its live display is plain HTML, tunetrain/console/live.py), printed into the cell.
 logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", message="IProgress not found")
 

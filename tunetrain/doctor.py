@@ -61,7 +61,7 @@ def node_facts(storage: str | None, probe: str) -> dict[str, Any]:
 def connect(address: str | None) -> Check:
     """Connect to the cluster (an embedded Ray when ``address`` is None)."""
     if address and address not in ("auto", "local") and not address.startswith("ray://"):
-        from tunetrain.sweeps.cluster import unreachable
+        from tunetrain.cluster import unreachable
 
         why = unreachable(address)
         if why is not None:
@@ -74,7 +74,7 @@ def connect(address: str | None) -> Check:
             )
     import tempfile
 
-    from tunetrain.sweeps.cluster import connect as connect_ray
+    from tunetrain.cluster import connect as connect_ray
 
     try:
         # As a sweep connects (same settings and token handling); Ray's own log lines go to

@@ -26,7 +26,7 @@ from tunetrain._internals._python import (
     picklable_sampler,
 )
 from tunetrain._internals._ray import (
-    RecordsExploits,
+    ExploitHooks,
     abort_train_run,
     enable_ray_token_auth,
     get_train_fn_utils,
@@ -53,7 +53,7 @@ from tunetrain._internals._ray import (
 from tunetrain._internals._tune_signal import note_tune_stop_signal, signal_handlers_kept
 
 __all__ = [
-    "RecordsExploits",
+    "ExploitHooks",
     "abort_train_run",
     "enable_ray_token_auth",
     "exit_after_exit_handlers",

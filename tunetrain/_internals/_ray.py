@@ -259,7 +259,7 @@ def stop_and_kill_trial(controller: Any, trial: Any) -> None:
         ray.kill(actor, no_restart=True)
 
 
-class RecordsExploits:
+class ExploitHooks:
     """Mixin for Ray's PBT/PB2: calls ``self.exploited(trial, donor, old_config)`` after each
     exploit (the subclass records it).
 

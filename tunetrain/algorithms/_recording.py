@@ -110,7 +110,7 @@ class _StopWatch:
         return getattr(self._controller, name)
 
 
-class RecordsExploits(_internals.RecordsExploits, _RecordsDecisions):
+class RecordsExploits(_internals.ExploitHooks, _RecordsDecisions):
     """Mixin for PBT/PB2: each exploit (recipient, donor, steps, old and new values)."""
 
     def before_exploit(self, trial: Any, donor: Any) -> Any:

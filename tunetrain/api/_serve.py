@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tunetrain.errors import ExperimentError
-from tunetrain.sweeps.serving import Served, check_serving, serve_model, stop_serving
+from tunetrain.serving import Served, check_serving, serve_model, stop_serving
 
 
 def serve(
@@ -33,9 +33,8 @@ def serve(
     ``RAY_ADDRESS``, the machine's `tunetrain up` Ray, else an embedded one). With ``block``,
     it serves until Ctrl+C or SIGTERM, then stops Serve; else it returns once the replicas
     answer (a notebook; ``ray.serve.shutdown()`` stops it)."""
-    from tunetrain import tracking
-    from tunetrain.sweeps import cluster
-    from tunetrain.tracking.serving import fetch_model
+    from tunetrain import cluster, tracking
+    from tunetrain.tracking.model_files import fetch_model
 
     out = stream or sys.stdout
     check_serving(replicas=replicas, num_cpus=num_cpus, port=port)

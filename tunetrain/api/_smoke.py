@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
@@ -17,12 +17,15 @@ from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
 from tunetrain.sweeps.session import execute
 
+if TYPE_CHECKING:  # pandas, which smoke_checks imports, only when a smoke test runs
+    from tunetrain.api.smoke_checks import SmokeCheck
+
 
 @dataclasses.dataclass
 class SmokeResult:
     """The smoke test's checks (``check.verdict``: PASS, FAIL or SKIP) and its sweep."""
 
-    checks: list[Any]  # tunetrain.api.smoke_checks.Check
+    checks: list[SmokeCheck]
     sweep: SweepResult
 
     @property

@@ -26,7 +26,7 @@ DEFAULT_STEPS = 5
 
 
 @dataclasses.dataclass
-class Check:
+class SmokeCheck:
     name: str
     verdict: Verdict
     detail: str
@@ -56,61 +56,65 @@ def restore_experiment(smoke: Experiment) -> Experiment:
     return smoke.replace(stop=StopRule(max_iterations=1, max_trial_seconds=smoke.stop.max_trial_seconds))
 
 
-def resources_check(smoke: Experiment) -> Check:
+def resources_check(smoke: Experiment) -> SmokeCheck:
     """Reached only when the plan fitted the cluster (a trial that cannot fit is refused first)."""
     worker = ", ".join(f"{k}={v:g}" for k, v in smoke.worker_resources.items())
-    return Check("resources", "PASS", f"a trial ({smoke.workers_per_trial} worker(s) x {worker}) was scheduled and ran")
+    return SmokeCheck(
+        "resources", "PASS", f"a trial ({smoke.workers_per_trial} worker(s) x {worker}) was scheduled and ran"
+    )
 
 
 def trial_checks(
     experiment: Experiment, outcome: SweepOutcome, history: pd.DataFrame
-) -> tuple[list[Check], TrialRecord | None]:
+) -> tuple[list[SmokeCheck], TrialRecord | None]:
     """The metric, finiteness/improvement checks; returns them and the trial when it ran."""
     metric, mode = experiment.primary_metric, experiment.primary_mode
     if outcome.bad_input:
-        return [Check("metric", "FAIL", outcome.bad_input)], None
+        return [SmokeCheck("metric", "FAIL", outcome.bad_input)], None
     trial = outcome.trials[0] if outcome.trials else None
     if trial is None or trial.status == "failed":
         error = trial.error.strip().splitlines()[-1] if trial and trial.error else "the trial did not run"
-        return [Check("metric", "FAIL", f"the trial failed before the checks: {error}")], trial
+        return [SmokeCheck("metric", "FAIL", f"the trial failed before the checks: {error}")], trial
     checks = []
     missing = [m for m, _ in experiment.objectives if m not in set(history["metric"])]
     if missing:
         reported = sorted(set(history["metric"]))
-        checks.append(Check("metric", "FAIL", f"{', '.join(missing)} never reported; reported: {', '.join(reported)}"))
+        checks.append(
+            SmokeCheck("metric", "FAIL", f"{', '.join(missing)} never reported; reported: {', '.join(reported)}")
+        )
         return checks, trial
     points = history[history["metric"] == metric].sort_values("step")
-    checks.append(Check("metric", "PASS", f"{metric} reported at {len(points)} step(s)"))
+    checks.append(SmokeCheck("metric", "PASS", f"{metric} reported at {len(points)} step(s)"))
     values = [float(v) for v in points["value"]]
     bad = [(int(s), v) for s, v in zip(points["step"], values, strict=True) if not math.isfinite(v)]
     if bad:
-        checks.append(Check("finite and improving", "FAIL", f"{metric} is {bad[0][1]} at step {bad[0][0]}"))
+        checks.append(SmokeCheck("finite and improving", "FAIL", f"{metric} is {bad[0][1]} at step {bad[0][0]}"))
         return checks, trial
     better = values[-1] < values[0] if mode == "min" else values[-1] > values[0]
     trend = f"{metric} {values[0]:.4g} -> {values[-1]:.4g} over {len(values)} step(s) ({mode})"
-    checks.append(Check("finite and improving", "PASS" if better else "FAIL", trend))
+    checks.append(SmokeCheck("finite and improving", "PASS" if better else "FAIL", trend))
     return checks, trial
 
 
-def checkpoint_check(experiment: Experiment, trial: TrialRecord) -> Check | None:
+def checkpoint_check(experiment: Experiment, trial: TrialRecord) -> SmokeCheck | None:
     """None when a round trip is to be run; otherwise the verdict without one."""
     if trial.checkpoints:
         return None
     if experiment.scheduler in ("pbt", "pb2"):
-        return Check(
+        return SmokeCheck(
             "checkpoint",
             "FAIL",
             f"no checkpoint reported, and {experiment.scheduler.upper()} clones trials from their checkpoints "
             "(report with ray.train.report(metrics, checkpoint=...))",
         )
-    return Check("checkpoint", "SKIP", "no checkpoint reported (HyperBand and PBT need them)")
+    return SmokeCheck("checkpoint", "SKIP", "no checkpoint reported (HyperBand and PBT need them)")
 
 
-def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> Check:
+def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> SmokeCheck:
     trial = restored.trials[0] if restored.trials else None
     # It reported (whatever the value: a diverging loss is the other check's verdict).
     if trial is not None and trial.status != "failed" and trial.iterations >= 1:
-        return Check(
+        return SmokeCheck(
             "checkpoint",
             "PASS",
             f"saved at step {checkpoint['step']} and loaded back: a new trial started from it and reported",
@@ -124,7 +128,7 @@ def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> C
     if returned_quietly:
         # The loop found nothing left to train: that it loads the checkpoint was not seen (a
         # loop that ignores it returns the same way), so it is not a pass.
-        return Check(
+        return SmokeCheck(
             "checkpoint",
             "SKIP",
             f"saved at step {checkpoint['step']}, but the trial started from it had no step left to run, so loading "
@@ -132,7 +136,7 @@ def round_trip_check(checkpoint: Mapping[str, Any], restored: SweepOutcome) -> C
             "--smoke-steps)",
         )
     error = trial.error.strip().splitlines()[-1] if trial and trial.error else "the restored trial did not report"
-    return Check("checkpoint", "FAIL", f"saved at step {checkpoint['step']} but does not load back: {error}")
+    return SmokeCheck("checkpoint", "FAIL", f"saved at step {checkpoint['step']} but does not load back: {error}")
 
 
 def timings(trial: TrialRecord, history: pd.DataFrame) -> tuple[float, float, int] | None:
@@ -145,11 +149,11 @@ def timings(trial: TrialRecord, history: pd.DataFrame) -> tuple[float, float, in
     return times[0] - trial.start_time, statistics.median(gaps), len(gaps)
 
 
-def timing_check(measured: tuple[float, float, int] | None) -> Check:
+def timing_check(measured: tuple[float, float, int] | None) -> SmokeCheck:
     if measured is None:
-        return Check("timing", "SKIP", "fewer than 2 reports")
+        return SmokeCheck("timing", "SKIP", "fewer than 2 reports")
     startup, per_step, gaps = measured
-    return Check(
+    return SmokeCheck(
         "timing",
         "PASS",
         f"start-up {startup:.3g} s (trial start to first report), {per_step:.3g} s per iteration (median of {gaps})",

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from tunetrain.cli._carry import confirm_parser, register_parser, serve_parser
-from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._inspect import best_parser, list_parser, report_parser, show_parser, ui_parser
-from tunetrain.cli._ray import down_parser, up_parser
+from tunetrain.cli._options import EXIT_ALL_FAILED, EXIT_BAD_INPUT, EXIT_OK
 from tunetrain.cli._run import doctor_parser, replay_parser, resume_parser, sweep_parser, sync_parser
+from tunetrain.cli._up_down import down_parser, up_parser
 from tunetrain.errors import ExperimentError, InterruptedBeforeStart
 
 

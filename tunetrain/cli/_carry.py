@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from tunetrain.cli._common import EXIT_OK, TRUST_CHANGED_HELP
+from tunetrain.cli._options import EXIT_OK, TRUST_CHANGED_HELP
 
 
 def register_parser(subparsers: Any) -> None:
@@ -78,7 +78,7 @@ def confirm_parser(subparsers: Any) -> None:
 
 def confirm_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain.api import confirm
-    from tunetrain.cli._common import _command
+    from tunetrain.cli._options import _command
 
     result = confirm(
         args.sweep,

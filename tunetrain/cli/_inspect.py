@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from tunetrain.cli._common import EXIT_OK, _load, _print_frame, _store_arguments, _tracking_uri
+from tunetrain.cli._options import EXIT_OK, _load, _print_frame, _store_arguments, _tracking_uri
 from tunetrain.errors import ExperimentError
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tunetrain.cli._common import EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
+from tunetrain.cli._options import EXIT_ALL_FAILED, EXIT_OK, TRUST_CHANGED_HELP, _command
 from tunetrain.errors import ExperimentError
 from tunetrain.storage import DEFAULT_STORAGE, Storage
 
@@ -396,7 +396,7 @@ def doctor_parser(subparsers: Any) -> None:
 
 def doctor_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
     from tunetrain import doctor, tracking
-    from tunetrain.sweeps.cluster import resolve_address
+    from tunetrain.cluster import resolve_address
 
     return doctor.run(
         address=resolve_address(args.address)[0],

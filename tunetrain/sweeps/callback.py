@@ -17,9 +17,9 @@ from ray.train.constants import CHECKPOINT_DIR_NAME
 
 from tunetrain import space as spaces
 from tunetrain._internals import note_tune_stop_signal
+from tunetrain.console import LiveView
 from tunetrain.records import ENDED, TrialRecord, error_headline
 from tunetrain.seeding import derive_seed
-from tunetrain.sweeps.console import LiveView
 from tunetrain.sweeps.cost.budget import BudgetGate
 from tunetrain.sweeps.plan import SweepPlan, train_storage
 from tunetrain.sweeps.policy import SweepStopper, end_status

@@ -38,8 +38,8 @@ from tunetrain.tracking import (
     metric_key_problem,
     param_value_problem,
     suggested_metric_key,
+    trial_shape,
 )
-from tunetrain.tracking import trial_shape as tracking_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,10 +347,10 @@ def sweep_facts(plan: SweepPlan) -> SweepFacts:
     )
 
 
-def trial_shape(experiment: Experiment) -> dict[str, str]:
+def experiment_shape(experiment: Experiment) -> dict[str, str]:
     """How a trial runs (workers, runner), as tracking matches smoke runs: a smoke run's
     timings price only sweeps of the same shape."""
-    return tracking_shape(workers=_workers_text(experiment), runner=experiment.runner)
+    return trial_shape(workers=_workers_text(experiment), runner=experiment.runner)
 
 
 def _trials_text(experiment: Experiment) -> str:

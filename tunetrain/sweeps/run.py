@@ -21,6 +21,7 @@ from tunetrain.algorithms import (
     build_searcher,
     searcher_live_limit,
 )
+from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, checkpoint_usage, pareto_front, sweep_command
@@ -28,7 +29,6 @@ from tunetrain.redaction import redact
 from tunetrain.rungs import rung_rankings
 from tunetrain.storage import Storage
 from tunetrain.sweeps.callback import SweepCallback
-from tunetrain.sweeps.console import LiveView
 from tunetrain.sweeps.plan import SweepPlan, sweep_facts, train_storage
 from tunetrain.sweeps.policy import BaselineTrial, SweepStopper, budget_gate, every_step, refuse_over_budget
 from tunetrain.tracking import Journal, JournalState, Recorder, SweepLog, SweepRecorder
@@ -46,7 +46,7 @@ from tunetrain.trial import (
 )
 
 
-def records_from_journal(entries: list[dict[str, Any]], experiment: Experiment) -> dict[str, TrialRecord]:
+def journaled_trials(entries: list[dict[str, Any]], experiment: Experiment) -> dict[str, TrialRecord]:
     """The trials a sweep's journal recorded, as the sweep's callback had them (by Tune trial
     id), their metrics and checkpoints judged as ``experiment`` judges them."""
     return tracking.records_from_journal(
@@ -202,7 +202,7 @@ def _open_record(
     state = None
     if plan.resume:  # the trials as the sweep recorded them before it stopped
         state = journal if journal is not None else Journal.read(plan.journal_path)
-        journaled = records_from_journal(state.entries, exp)
+        journaled = journaled_trials(state.entries, exp)
         resumes = sum(1 for entry in state.entries if entry["op"] == "resume_sweep") + 1
     sweep_recorder = recorder(
         journal_state=state,  # the recorder reads no second copy of it

@@ -116,7 +116,7 @@ def execute(
 
 def _warn_beside_other_rays(where: _Where, stream: TextIO) -> None:
     """An embedded Ray about to start beside another one (another sweep's): said, with the fix."""
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster
 
     if where.address is None and (others := cluster.other_rays()):
         print(
@@ -138,8 +138,8 @@ def _run(
     stream: TextIO,
 ) -> Any:
     """Ray connected (the store opened meanwhile) and the plan run: its SweepOutcome."""
-    from tunetrain import tracking
-    from tunetrain.sweeps import cluster, run
+    from tunetrain import cluster, tracking
+    from tunetrain.sweeps import run
 
     log_dir = plan.local_dir / "logs"
     # While Ray starts; not for a recorder of the caller's (recording off opens no store).
@@ -197,8 +197,7 @@ def _where(
     server that does not answer, a store that would refuse the sweep's runs, a storage
     that cannot be written, a cluster of several nodes without a shared storage are errors
     now, before anything starts."""
-    from tunetrain import tracking
-    from tunetrain.sweeps import cluster
+    from tunetrain import cluster, tracking
 
     store = (
         tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
@@ -234,7 +233,7 @@ def _result(plan: Any, outcome: Any, *, report: bool, register: bool, alias: str
     """After the run: the summary, the report, the sweep's status (what the record lacks
     said, with the fix), the best trial registered, and the result."""
     from tunetrain import tracking
-    from tunetrain.sweeps.console import summary
+    from tunetrain.console import summary
 
     tracking_uri = plan.tracking_uri
     print("", file=stream)
@@ -295,11 +294,11 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
     """The plan, and its cost from the newest smoke run of the same trial shape."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import estimate
-    from tunetrain.sweeps.plan import describe_plan, trial_shape
+    from tunetrain.sweeps.plan import describe_plan, experiment_shape
 
     experiment = plan.experiment
     print(describe_plan(plan), file=stream)
-    shape = trial_shape(experiment)
+    shape = experiment_shape(experiment)
     smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=shape)
     unfit = ""
     if smoke is None and (other := tracking.latest_smoke_timings(plan.tracking_uri, experiment.name)) is not None:
@@ -325,14 +324,14 @@ def _consent(plan: Any, *, ask_above: str | None, ask_flag: str, yes: bool, stre
     threshold (:mod:`tunetrain.sweeps.cost.consent`); what is recorded on the parent run."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import consent, estimate
-    from tunetrain.sweeps.plan import trial_shape
+    from tunetrain.sweeps.plan import experiment_shape
 
     experiment = plan.experiment
     gpus = experiment.max_workers * experiment.worker_resources.get("GPU", 0.0)
     limit = consent.threshold(ask_above, gpus_per_trial=gpus, flag=ask_flag)
     if limit is None:
         return ""
-    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=trial_shape(experiment))
+    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=experiment_shape(experiment))
     expected = None
     if smoke is not None:
         expected = estimate.estimate(

@@ -21,7 +21,7 @@ and the rest are counted.
 """
 
 from tunetrain.tracking import schema
-from tunetrain.tracking._common import metric_key_problem, param_value_problem, suggested_metric_key
+from tunetrain.tracking._rules import metric_key_problem, param_value_problem, suggested_metric_key
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
 from tunetrain.tracking.recorder import NullRecorder, Recorder, SweepRecorder
 from tunetrain.tracking.registry import RegisteredVersion, register_version

@@ -14,7 +14,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
 from tunetrain import _internals
-from tunetrain.tracking._common import (
+from tunetrain.tracking._rules import (
     _MAX_METRICS_PER_BATCH,
     _MAX_PARAM_LENGTH,
     _MAX_PARAMS_PER_BATCH,

@@ -16,7 +16,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from tunetrain.redaction import redact, strip_credentials
-from tunetrain.tracking._common import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
+from tunetrain.tracking._rules import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
 from tunetrain.tracking.journal import Journal, JournalProgress, JournalState
 

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.redaction import redact
-from tunetrain.tracking._common import _quiet_mlflow_logging, _trim, sqlite_path
+from tunetrain.tracking._rules import _quiet_mlflow_logging, _trim, sqlite_path
 from tunetrain.tracking.schema import (
     PARENT_TAG,
     REPORT_TAG,

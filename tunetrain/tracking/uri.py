@@ -14,7 +14,7 @@ from tunetrain import _internals
 from tunetrain.errors import ExperimentError
 from tunetrain.redaction import redact, split_credentials
 from tunetrain.storage import folder_unwritable, nearest_folder
-from tunetrain.tracking._common import sqlite_path
+from tunetrain.tracking._rules import sqlite_path
 from tunetrain.tracking.store import default_tracking_uri
 
 ENV = "MLFLOW_TRACKING_URI"

@@ -19,7 +19,11 @@ Two runners, one train loop:
   process group) that the reused trial process keeps from trial to trial.
 """
 
-from tunetrain.trial._common import (
+from tunetrain.trial._data import build_datasets
+from tunetrain.trial._group import run_trial_on_group
+from tunetrain.trial._in_process import run_trial_in_process
+from tunetrain.trial._torch_trainer import TrainGroupCleanup, run_trial
+from tunetrain.trial._worker import (
     DIVERGED_KEY,
     DRIVER_RESOURCES,
     NODES_KEY,
@@ -35,10 +39,6 @@ from tunetrain.trial._common import (
     trial_seed,
     worst_for_diverged,
 )
-from tunetrain.trial._data import build_datasets
-from tunetrain.trial._group import run_trial_on_group
-from tunetrain.trial._in_process import run_trial_in_process
-from tunetrain.trial._torch_trainer import TrainGroupCleanup, run_trial
 
 __all__ = [
     "DIVERGED_KEY",

@@ -41,7 +41,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tunetrain import _internals
 from tunetrain.storage import Storage
-from tunetrain.trial._common import (
+from tunetrain.trial._worker import (
     NODES_KEY,
     OOM_KEY,
     TrialSpec,

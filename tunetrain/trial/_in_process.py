@@ -9,7 +9,7 @@ import ray.train
 from ray import tune
 
 from tunetrain import _internals
-from tunetrain.trial._common import (
+from tunetrain.trial._worker import (
     NODES_KEY,
     TrialSpec,
     numbers_as_floats,

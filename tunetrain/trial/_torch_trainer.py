@@ -16,7 +16,7 @@ from ray.train.v2.api.callback import UserCallback
 from ray.train.v2.api.config import ScalingConfig  # Train V2's: num_workers may be an elastic range
 
 from tunetrain import _internals
-from tunetrain.trial._common import (
+from tunetrain.trial._worker import (
     NODES_KEY,
     OOM_KEY,
     RESTARTS_KEY,

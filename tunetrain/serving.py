@@ -13,8 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from tunetrain.cluster import check_port
 from tunetrain.errors import ExperimentError
-from tunetrain.sweeps.cluster import check_port
 
 APP_NAME = "tunetrain"
 
@@ -32,14 +32,14 @@ class _Model:
     """The Serve deployment's replica: the model loaded once, then one request at a time."""
 
     def __init__(self, files: Mapping[str, bytes]) -> None:
-        from tunetrain.tracking.serving import load_files
+        from tunetrain.tracking.model_files import load_files
 
         self.model = load_files(files)
 
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        from tunetrain.tracking.serving import predict
+        from tunetrain.tracking.model_files import predict
 
         try:
             body = await request.json()

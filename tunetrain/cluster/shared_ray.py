@@ -1,9 +1,9 @@
 """The machine's shared Ray: ``tunetrain up`` starts it, every sweep on this machine with no
-``--address`` joins it (:func:`tunetrain.sweeps.cluster.resolve_address`), ``tunetrain down``
+``--address`` joins it (:func:`tunetrain.cluster.resolve_address`), ``tunetrain down``
 stops it.
 
 It is Ray's own ``ray start --head`` (its dashboard on loopback) in a temporary folder of the
-user's own (:func:`tunetrain.sweeps.cluster.user_ray_dir`): that user's sweeps find it there,
+user's own (:func:`tunetrain.cluster.user_ray_dir`): that user's sweeps find it there,
 other users' do not (they join it only with ``--address``), and ``tunetrain down`` stops its
 processes alone, where Ray's ``ray stop`` would stop every Ray on the machine. Ray's tools
 reach it by its address (``ray status --address ...``); tunetrain adds no daemon of its own. Joining a
@@ -20,8 +20,8 @@ import sys
 from typing import Any, TextIO
 
 from tunetrain import _internals
+from tunetrain.cluster import check_port, running_local_ray, user_ray_dir
 from tunetrain.errors import ExperimentError
-from tunetrain.sweeps.cluster import check_port, running_local_ray, user_ray_dir
 
 DEFAULT_PORT = 6379  # Ray's own default GCS port
 
@@ -71,7 +71,7 @@ def up(
 def down(*, stream: TextIO = sys.stdout) -> str | None:
     """Stop the Ray this user's ``tunetrain up`` started, and nothing else; the address it had,
     or None when none was running. Its processes are the ones whose command line names its
-    temporary folder (:func:`~tunetrain.sweeps.cluster.user_ray_dir`), owned by this user,
+    temporary folder (:func:`~tunetrain.cluster.user_ray_dir`), owned by this user,
     with their children (the workers, renamed ``ray::...``): SIGTERM, then SIGKILL after 10 s.
     A Ray started by ``ray start --head`` is Ray's to stop (``ray stop``), and said."""
     import psutil

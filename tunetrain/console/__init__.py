@@ -26,7 +26,7 @@ def _fmt(value: object) -> str:
 class LiveView:
     """The sweep's live state: trial states, best so far. On a terminal a progress bar on the
     status line with elapsed time and ETA (tqdm), in a Jupyter notebook one display updated in
-    place with the top trials (:mod:`tunetrain.sweeps.live`), at most every
+    place with the top trials (:mod:`tunetrain.console.live`), at most every
     ``min_interval_s`` and at once on ``force``; elsewhere (a log file, CI) a line printed when
     the state changed, at most every ``log_interval_s``, and once more at the end, so that a
     200-trial sweep logs a few dozen lines, not one per trial event."""
@@ -41,7 +41,7 @@ class LiveView:
         min_interval_s: float = 1.0,
         log_interval_s: float = 10.0,
     ) -> None:
-        from tunetrain.sweeps import live
+        from tunetrain.console import live
 
         self.metric = metric
         self.mode = mode

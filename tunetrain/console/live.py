@@ -1,7 +1,7 @@
 """The live view's two interactive faces: a progress bar on a terminal's status line (tqdm) and
 an in-place display in a Jupyter notebook (IPython's ``display`` with a display id, updated
 as results arrive; the saved notebook keeps its last state, in HTML and in plain text).
-Logs and CI get :class:`tunetrain.sweeps.console.LiveView`'s throttled lines instead."""
+Logs and CI get :class:`tunetrain.console.LiveView`'s throttled lines instead."""
 
 from __future__ import annotations
 

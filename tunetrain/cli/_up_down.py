@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from tunetrain.cli._common import EXIT_OK
+from tunetrain.cli._options import EXIT_OK
 
 
 def up_parser(subparsers: Any) -> None:
@@ -28,7 +28,7 @@ def up_parser(subparsers: Any) -> None:
 
 
 def up_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain.sweeps.shared_ray import up
+    from tunetrain.cluster.shared_ray import up
 
     up(
         num_cpus=args.num_cpus,
@@ -52,7 +52,7 @@ def down_parser(subparsers: Any) -> None:
 
 
 def down_command(args: argparse.Namespace, *, stream: TextIO = sys.stdout) -> int:
-    from tunetrain.sweeps.shared_ray import down
+    from tunetrain.cluster.shared_ray import down
 
     down(stream=stream)
     return EXIT_OK

@@ -307,7 +307,7 @@ def _keep_sigterm_handler(before: Any) -> None:
     CLI's, or a user's) is put back; where none was set (the default), Ray's stays."""
     import signal
 
-    from tunetrain.sweeps import live
+    from tunetrain.console import live
 
     if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
         signal.signal(signal.SIGTERM, before)
