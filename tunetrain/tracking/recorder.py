@@ -21,7 +21,63 @@ from tunetrain.tracking._writes import _StoreWrites
 from tunetrain.tracking.journal import Journal, JournalProgress, JournalState
 
 
-class SweepRecorder(_StoreWrites):
+class Recorder(Protocol):
+    """What the sweep log (:class:`tunetrain.tracking.SweepLog`) records through:
+    :class:`SweepRecorder` (MLflow, journaled) or :class:`NullRecorder` (recording off).
+    ``tunetrain.sweep(..., recorder=...)`` takes a callable with :class:`SweepRecorder`'s
+    keyword arguments that returns one. Both name it as their base, so mypy checks each
+    method against the signatures written here (as accelerate's trackers implement
+    ``GeneralTracker``)."""
+
+    experiment_id: str | None
+    error_count: int
+    first_error: str | None
+    journal_error: str | None
+    drain_timeout_s: float
+
+    def start_sweep(
+        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
+    ) -> str | None: ...
+    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None: ...
+    def log_sweep_artifact(self, local_path: str) -> None: ...
+    def log_sweep_text(self, text: str, name: str) -> None: ...
+    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None: ...
+    def end_sweep(
+        self,
+        *,
+        status: str,
+        best_metrics: Mapping[str, float],
+        tags: Mapping[str, Any],
+        best_trial: str | None,
+        best_config: Mapping[str, Any] | None,
+        step: int = 0,
+    ) -> None: ...
+    def start_trial(
+        self, trial: str, *, params: Mapping[str, Any], tags: Mapping[str, Any], start_time: float
+    ) -> None: ...
+    def reopen_trial(self, trial: str) -> None: ...
+    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None: ...
+    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None: ...
+    def end_trial(
+        self,
+        trial: str,
+        *,
+        status: str,
+        end_time: float,
+        tags: Mapping[str, Any],
+        error: str | None = None,
+        error_headline: str = "",
+        artifacts: Mapping[str, Any] | None = None,
+    ) -> None: ...
+    def log_dict(self, trial: str, name: str, content: Any) -> None: ...
+    def run_id(self, trial: str) -> str | None: ...
+    def flush(self, timeout: float | None = None) -> bool: ...
+    @property
+    def unsent(self) -> int: ...
+    def close(self, timeout: float | None = None) -> None: ...
+
+
+class SweepRecorder(_StoreWrites, Recorder):
     """Records one sweep in MLflow: a parent run and one child run per trial.
 
     Trials are named by the caller (any unique string, e.g. Ray Tune's trial name); this
@@ -401,25 +457,38 @@ class SweepRecorder(_StoreWrites):
                 self._journal_refused()
 
 
-class Recorder(Protocol):
-    """What the sweep log (:class:`tunetrain.tracking.SweepLog`) records through:
-    :class:`SweepRecorder` (MLflow, journaled) or :class:`NullRecorder` (recording off).
-    ``tunetrain.sweep(..., recorder=...)`` takes a callable with :class:`SweepRecorder`'s
-    keyword arguments that returns one."""
+class NullRecorder(Recorder):
+    """Recording off: every call of :class:`Recorder` does nothing, and no run id exists (what
+    the benchmarks compare tracking against, and ``tunetrain.sweep(..., recorder=NullRecorder)``).
+    Each method is written out, so a method added to the interface without one here fails
+    mypy instead of being swallowed."""
 
-    experiment_id: str | None
-    error_count: int
-    first_error: str | None
-    journal_error: str | None
-    drain_timeout_s: float
+    experiment_id: str | None = None
+    error_count = 0
+    first_error: str | None = None
+    journal_error: str | None = None
+    drain_timeout_s = 0.0
+
+    def __init__(self, **options: Any) -> None:
+        """Takes (and ignores) :class:`SweepRecorder`'s keyword arguments."""
 
     def start_sweep(
         self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
-    ) -> str | None: ...
-    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None: ...
-    def log_sweep_artifact(self, local_path: str) -> None: ...
-    def log_sweep_text(self, text: str, name: str) -> None: ...
-    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None: ...
+    ) -> str | None:
+        return None
+
+    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None:
+        return None
+
+    def log_sweep_artifact(self, local_path: str) -> None:
+        pass
+
+    def log_sweep_text(self, text: str, name: str) -> None:
+        pass
+
+    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None:
+        pass
+
     def end_sweep(
         self,
         *,
@@ -429,13 +498,21 @@ class Recorder(Protocol):
         best_trial: str | None,
         best_config: Mapping[str, Any] | None,
         step: int = 0,
-    ) -> None: ...
-    def start_trial(
-        self, trial: str, *, params: Mapping[str, Any], tags: Mapping[str, Any], start_time: float
-    ) -> None: ...
-    def reopen_trial(self, trial: str) -> None: ...
-    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None: ...
-    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None: ...
+    ) -> None:
+        pass
+
+    def start_trial(self, trial: str, *, params: Mapping[str, Any], tags: Mapping[str, Any], start_time: float) -> None:
+        pass
+
+    def reopen_trial(self, trial: str) -> None:
+        pass
+
+    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None:
+        pass
+
+    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None:
+        pass
+
     def end_trial(
         self,
         trial: str,
@@ -446,34 +523,11 @@ class Recorder(Protocol):
         error: str | None = None,
         error_headline: str = "",
         artifacts: Mapping[str, Any] | None = None,
-    ) -> None: ...
-    def log_dict(self, trial: str, name: str, content: Any) -> None: ...
-    def run_id(self, trial: str) -> str | None: ...
-    def flush(self, timeout: float | None = None) -> bool: ...
-    @property
-    def unsent(self) -> int: ...
-    def close(self, timeout: float | None = None) -> None: ...
+    ) -> None:
+        pass
 
-
-class NullRecorder:
-    """Recording off: every call does nothing, and no run id exists (what the benchmarks
-    compare tracking against, and ``tunetrain.sweep(..., recorder=NullRecorder)``)."""
-
-    experiment_id: str | None = None
-    error_count = 0
-    first_error: str | None = None
-    journal_error: str | None = None
-    drain_timeout_s = 0.0
-    unsent = 0
-
-    def __init__(self, **options: Any) -> None:
-        """Takes (and ignores) :class:`SweepRecorder`'s keyword arguments."""
-
-    def start_sweep(self, **kwargs: Any) -> str | None:
-        return None
-
-    def resume_sweep(self, **kwargs: Any) -> str | None:
-        return None
+    def log_dict(self, trial: str, name: str, content: Any) -> None:
+        pass
 
     def run_id(self, trial: str) -> str | None:
         return None
@@ -481,8 +535,9 @@ class NullRecorder:
     def flush(self, timeout: float | None = None) -> bool:
         return True
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        def ignore(*args: Any, **kwargs: Any) -> None:
-            return None
+    @property
+    def unsent(self) -> int:
+        return 0
 
-        return ignore
+    def close(self, timeout: float | None = None) -> None:
+        pass
