@@ -185,3 +185,25 @@ def test_confirm_reruns_the_top_configurations_with_new_seeds_and_reranks_them(
     assert len(client.search_model_versions("name = 'toy'")) == 3
     status, out = run_cli("confirm", "six", "--top-k", "0")
     assert status == 2 and "--top-k must be an integer >= 1, but got 0" in out
+
+
+def test_the_public_surface_is_the_one_list_and_loads_neither_ray_nor_torch() -> None:
+    import subprocess
+    import sys
+
+    # A fresh interpreter: this one has imported everything already.
+    code = (
+        "import sys, tunetrain\n"
+        "heavy = sorted(m for m in ('ray', 'torch', 'mlflow') if m in sys.modules)\n"
+        "assert heavy == [], heavy\n"
+        "missing = [n for n in tunetrain.__all__ if getattr(tunetrain, n, None) is None]\n"
+        "assert missing == [], missing\n"
+        "assert set(tunetrain.__all__) <= set(dir(tunetrain))\n"
+        "print(len(tunetrain.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert {"sweep", "resume", "Experiment", "StopRule", "ExperimentError", "get_context"} <= set(tunetrain.__all__)
+    assert int(done.stdout) == len(tunetrain.__all__) == 26
+    with pytest.raises(AttributeError, match="no attribute 'swep'"):
+        tunetrain.swep  # noqa: B018

@@ -14,29 +14,34 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from tunetrain.errors import ExperimentError
+from tunetrain.errors import ExperimentError as ExperimentError
 
-if TYPE_CHECKING:
-    from tunetrain.api import (
-        ConfirmResult,
-        Registered,
-        ReplayResult,
-        SmokeResult,
-        SweepResult,
-        SyncResult,
-        confirm,
-        register,
-        replay,
-        resume,
-        serve,
-        smoke,
-        sweep,
-        sync,
-    )
-    from tunetrain.context import TrialContext, get_context
-    from tunetrain.experiment import CheckpointPolicy, Experiment, StopRule, load_experiment
-    from tunetrain.seeding import data_loader_seeding
-    from tunetrain.training import StepRunner, StepStats, load_state_dicts, state_dicts
+if TYPE_CHECKING:  # the public surface, written once (PEP 484's explicit re-export: X as X)
+    from tunetrain.api import ConfirmResult as ConfirmResult
+    from tunetrain.api import Registered as Registered
+    from tunetrain.api import ReplayResult as ReplayResult
+    from tunetrain.api import SmokeResult as SmokeResult
+    from tunetrain.api import SweepResult as SweepResult
+    from tunetrain.api import SyncResult as SyncResult
+    from tunetrain.api import confirm as confirm
+    from tunetrain.api import register as register
+    from tunetrain.api import replay as replay
+    from tunetrain.api import resume as resume
+    from tunetrain.api import serve as serve
+    from tunetrain.api import smoke as smoke
+    from tunetrain.api import sweep as sweep
+    from tunetrain.api import sync as sync
+    from tunetrain.context import TrialContext as TrialContext
+    from tunetrain.context import get_context as get_context
+    from tunetrain.experiment import CheckpointPolicy as CheckpointPolicy
+    from tunetrain.experiment import Experiment as Experiment
+    from tunetrain.experiment import StopRule as StopRule
+    from tunetrain.experiment import load_experiment as load_experiment
+    from tunetrain.seeding import data_loader_seeding as data_loader_seeding
+    from tunetrain.training import StepRunner as StepRunner
+    from tunetrain.training import StepStats as StepStats
+    from tunetrain.training import load_state_dicts as load_state_dicts
+    from tunetrain.training import state_dicts as state_dicts
 
 __version__ = "0.1.0"
 
@@ -46,34 +51,25 @@ __version__ = "0.1.0"
 logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-# Public name -> the module that defines it.
-_WHERE = {
-    "ConfirmResult": "tunetrain.api",
-    "confirm": "tunetrain.api",
-    "Registered": "tunetrain.api",
-    "ReplayResult": "tunetrain.api",
-    "SmokeResult": "tunetrain.api",
-    "SweepResult": "tunetrain.api",
-    "register": "tunetrain.api",
-    "replay": "tunetrain.api",
-    "resume": "tunetrain.api",
-    "serve": "tunetrain.api",
-    "smoke": "tunetrain.api",
-    "sweep": "tunetrain.api",
-    "SyncResult": "tunetrain.api",
-    "sync": "tunetrain.api",
-    "TrialContext": "tunetrain.context",
-    "get_context": "tunetrain.context",
-    "CheckpointPolicy": "tunetrain.experiment",
-    "Experiment": "tunetrain.experiment",
-    "StopRule": "tunetrain.experiment",
-    "load_experiment": "tunetrain.experiment",
-    "data_loader_seeding": "tunetrain.seeding",
-    "StepRunner": "tunetrain.training",
-    "StepStats": "tunetrain.training",
-    "load_state_dicts": "tunetrain.training",
-    "state_dicts": "tunetrain.training",
-}
+
+def _public_names() -> dict[str, str]:
+    """Public name -> the module that defines it, read from the ``TYPE_CHECKING`` imports
+    above: the surface is written once, there, where type checkers and editors read it (as
+    lazy_loader reads a stub; not a dependency for these few lines)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    return {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+_WHERE = _public_names()
 
 
 def __getattr__(name: str) -> Any:
@@ -88,31 +84,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_WHERE])
 
 
-__all__ = [
-    "CheckpointPolicy",
-    "ConfirmResult",
-    "Experiment",
-    "ExperimentError",
-    "Registered",
-    "ReplayResult",
-    "SmokeResult",
-    "StepRunner",
-    "StepStats",
-    "StopRule",
-    "SweepResult",
-    "SyncResult",
-    "TrialContext",
-    "confirm",
-    "data_loader_seeding",
-    "get_context",
-    "load_experiment",
-    "load_state_dicts",
-    "register",
-    "replay",
-    "resume",
-    "serve",
-    "smoke",
-    "state_dicts",
-    "sweep",
-    "sync",
-]
+__all__ = sorted(["ExperimentError", *_WHERE])
