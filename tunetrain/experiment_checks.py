@@ -5,7 +5,7 @@ and the names the fields take. Kept apart from the class so that each stays shor
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunetrain.errors import ExperimentError
@@ -49,15 +49,17 @@ def check_objective(exp: Any) -> None:
         raise ExperimentError(
             f"Experiment.metric names a metric twice: {exp.metric!r}.", fix="Name each objective once."
         )
-    if exp.scheduler not in SCHEDULERS:
+    _one_of("scheduler", exp.scheduler, SCHEDULERS, kind="schedulers", flag="--scheduler")
+    _one_of("searcher", exp.searcher, SEARCHERS, kind="searchers", flag="--searcher")
+
+
+def _one_of(field: str, value: Any, valid: Sequence[str], *, kind: str, flag: str = "", fix: str = "") -> None:
+    """The one refusal of a name that is not among ``valid``: the value, the valid names, the fix."""
+    if value not in valid:
+        where = f" (in the experiment file or with {flag})" if flag else ""
         raise ExperimentError(
-            f"Unknown scheduler {exp.scheduler!r}; valid schedulers are {', '.join(SCHEDULERS)}.",
-            fix="Pick one of those names (in the experiment file or with --scheduler).",
-        )
-    if exp.searcher not in SEARCHERS:
-        raise ExperimentError(
-            f"Unknown searcher {exp.searcher!r}; valid searchers are {', '.join(SEARCHERS)}.",
-            fix="Pick one of those names (in the experiment file or with --searcher).",
+            f"Unknown {field} {value!r}; valid {kind} are {', '.join(valid)}.",
+            fix=fix or f"Pick one of those names{where}.",
         )
 
 
@@ -87,17 +89,8 @@ def check_resources(exp: Any) -> None:
             f"Experiment.max_failures must be an integer >= 0, but got {exp.max_failures!r}.",
             fix="Use e.g. max_failures=2 (restart a trial up to twice from its checkpoint), or 0.",
         )
-    if exp.placement_strategy not in PLACEMENT_STRATEGIES:
-        raise ExperimentError(
-            f"Unknown placement_strategy {exp.placement_strategy!r}; valid strategies are "
-            f"{', '.join(PLACEMENT_STRATEGIES)}.",
-            fix="Pick one of those names.",
-        )
-    if exp.trial_runner not in TRIAL_RUNNERS:
-        raise ExperimentError(
-            f"Unknown trial_runner {exp.trial_runner!r}; valid trial runners are {', '.join(TRIAL_RUNNERS)}.",
-            fix="Pick one of those names (in the experiment file or with --trial-runner).",
-        )
+    _one_of("placement_strategy", exp.placement_strategy, PLACEMENT_STRATEGIES, kind="strategies")
+    _one_of("trial_runner", exp.trial_runner, TRIAL_RUNNERS, kind="trial runners", flag="--trial-runner")
     if exp.trial_runner == "worker_group" and not isinstance(exp.workers_per_trial, int):
         raise ExperimentError(
             f"trial_runner='worker_group' runs a fixed number of workers per trial, but got "
@@ -116,11 +109,13 @@ def check_resources(exp: Any) -> None:
                 fix='Use e.g. resources_per_worker={"CPU": 1}.',
             )
     _check_gpu_share(exp)
-    if exp.dist_backend not in DIST_BACKENDS:
-        raise ExperimentError(
-            f"Unknown dist_backend {exp.dist_backend!r}; valid backends are {', '.join(DIST_BACKENDS)}.",
-            fix='Use "auto" (NCCL on GPUs, gloo on CPUs), or "gloo" to run GPU trials without NCCL.',
-        )
+    _one_of(
+        "dist_backend",
+        exp.dist_backend,
+        DIST_BACKENDS,
+        kind="backends",
+        fix='Use "auto" (NCCL on GPUs, gloo on CPUs), or "gloo" to run GPU trials without NCCL.',
+    )
     if exp.seed is not None and (not isinstance(exp.seed, int) or exp.seed < 0):
         raise ExperimentError(
             f"Experiment.seed must be an integer >= 0 or None, but got {exp.seed!r}.",
