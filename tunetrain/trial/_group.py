@@ -49,7 +49,6 @@ from tunetrain.trial._worker import (
     oom_in_error,
     this_node,
     trial_index,
-    worker_main,
     worst_for_diverged,
     worst_values,
 )
@@ -296,14 +295,7 @@ class _Worker:
                 dataset_shards=shards,
             )
         )
-        loop = worker_main(
-            spec.train_loop,
-            name,
-            index,
-            spec.trial_seed(index),
-            deterministic=spec.deterministic,
-            objectives=spec.objectives,
-        )
+        loop = spec.worker_loop(name, index)
         try:
             loop(config)
             return "completed"

@@ -15,7 +15,6 @@ from tunetrain.trial._worker import (
     numbers_as_floats,
     this_node,
     trial_index,
-    worker_main,
     worst_for_diverged,
 )
 
@@ -82,13 +81,6 @@ def run_trial_in_process(config: dict[str, Any], spec: TrialSpec) -> None:
     # The train loop is written for Ray Train: ray.train.* work while it runs.
     try:
         with _internals.train_api_in_tune_function(session):
-            worker_main(
-                spec.train_loop,
-                name,
-                index,
-                spec.trial_seed(index),
-                deterministic=spec.deterministic,
-                objectives=spec.objectives,
-            )(config)
+            spec.worker_loop(name, index)(config)
     finally:
         _internals.set_train_fn_utils(None)

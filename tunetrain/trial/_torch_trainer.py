@@ -26,7 +26,6 @@ from tunetrain.trial._worker import (
     oom_in_error,
     remove_train_copies,
     trial_index,
-    worker_main,
     worst_for_diverged,
     worst_values,
 )
@@ -116,9 +115,7 @@ class _ReportToTrial(UserCallback):
         ray.get(self._mailbox.put.remote((_WORKER_FAILED, "; ".join(reasons))))
 
 
-def _trainer(
-    config: dict[str, Any], spec: TrialSpec, *, name: str, index: int, seed: int, mailbox: Any, run_name: str
-) -> Any:
+def _trainer(config: dict[str, Any], spec: TrialSpec, *, name: str, index: int, mailbox: Any, run_name: str) -> Any:
     """The trial's TorchTrainer: its workers run the train loop behind ``worker_main``, and
     rank 0's reports reach the trial through ``mailbox`` (``_ReportToTrial``)."""
     # Imported here: it imports torch (about 2 s of CPU on 2 cores), which the trial processes
@@ -126,16 +123,7 @@ def _trainer(
     from ray.train.torch import TorchConfig, TorchTrainer
 
     return TorchTrainer(
-        worker_main(
-            spec.train_loop,
-            name,
-            index,
-            seed,
-            start_checkpoint=spec.start_checkpoint(),
-            deterministic=spec.deterministic,
-            mailbox=mailbox,
-            objectives=spec.objectives,
-        ),
+        spec.worker_loop(name, index, start_checkpoint=spec.start_checkpoint(), mailbox=mailbox),
         train_loop_config=config,
         torch_config=TorchConfig(backend=spec.dist_backend),
         # The sweep's materialized datasets, split by Train itself (spec.data_config or its default).
@@ -171,10 +159,9 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     if name in spec.finished:
         return
     index = trial_index(name)
-    seed = spec.trial_seed(index)
     mailbox = _ReportRelay.remote()  # type: ignore[attr-defined]
     run_name = f"{name}-{uuid.uuid4().hex[:8]}"
-    trainer = _trainer(config, spec, name=name, index=index, seed=seed, mailbox=mailbox, run_name=run_name)
+    trainer = _trainer(config, spec, name=name, index=index, mailbox=mailbox, run_name=run_name)
     failure: list[BaseException] = []
 
     def fit() -> None:

@@ -158,6 +158,22 @@ class TrialSpec:
     def trial_seed(self, index: int) -> int:
         return trial_seed(self.root_seed, index, self.trial_seeds)
 
+    def worker_loop(
+        self, name: str, index: int, *, start_checkpoint: Any = None, mailbox: Any = None
+    ) -> Callable[[dict[str, Any]], Any]:
+        """The train loop as each runner's workers run it (:func:`worker_main`), with this
+        spec's seeds, determinism and objectives: one call for the three runners."""
+        return worker_main(
+            self.train_loop,
+            name,
+            index,
+            self.trial_seed(index),
+            start_checkpoint=start_checkpoint,
+            deterministic=self.deterministic,
+            mailbox=mailbox,
+            objectives=self.objectives,
+        )
+
 
 def trial_seed(root_seed: int, index: int, fixed: tuple[int, ...] = ()) -> int:
     """Trial ``index``'s seed: derived from the root seed, or given (a replay)."""
