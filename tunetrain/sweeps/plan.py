@@ -20,6 +20,7 @@ from tunetrain.algorithms import (
     build_searcher,
     check_pairing,
     resolve_searcher,
+    searcher_live_limit,
     searcher_owns_space,
 )
 from tunetrain.errors import ExperimentError
@@ -53,7 +54,10 @@ class SweepPlan:
     tracking_uri: str
     storage_path: str
     address: str | None
-    max_concurrent: int
+    max_concurrent: int  # trials run at once: the one place this is decided (see plan_sweep)
+    # Trials the searcher may have started and not ended (paused ones count): max_concurrent,
+    # or HyperBand's largest bracket (algorithms.searcher_live_limit).
+    searcher_live_limit: int
     nodes: list[dict[str, float]]
     command: str
     # A replay: the recorded seeds of trials 0, 1, ... (else derived from root_seed).
@@ -174,12 +178,12 @@ def plan_sweep(
     root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
     # Build the scheduler, searcher and budget gate once now, so that bad options fail before
     # anything starts.
-    build_scheduler(experiment)
+    live_limit = searcher_live_limit(build_scheduler(experiment), max_concurrent)
     budget_gate(experiment, budget)
     build_searcher(
         experiment.replace(searcher=searcher),
         seed=root_seed,
-        max_concurrent=max_concurrent,
+        max_concurrent=live_limit,
         points=searcher_points(baseline),
         evaluated=list(warm_points),
     )
@@ -198,6 +202,7 @@ def plan_sweep(
         storage_path=Storage(storage_path).resolved(),
         address=address,
         max_concurrent=max_concurrent,
+        searcher_live_limit=live_limit,
         nodes=nodes,
         # As recorded (tunetrain.command, the journal): without credentials.
         command=redact(argv if isinstance(argv, str) else shlex.join(argv if argv is not None else sys.argv)),

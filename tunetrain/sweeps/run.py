@@ -19,7 +19,6 @@ from tunetrain.algorithms import (
     asha_rungs,
     build_scheduler,
     build_searcher,
-    searcher_live_limit,
 )
 from tunetrain.console import LiveView
 from tunetrain.errors import ExperimentError
@@ -258,7 +257,7 @@ def _tuner(
     """Ray Tune's Tuner for the plan (restored from Tune's saved state for a resume): the
     searcher behind its concurrency limit, the trainable, the stopper and the callback."""
     exp = plan.experiment
-    live_limit = searcher_live_limit(scheduler, plan.max_concurrent)
+    live_limit = plan.searcher_live_limit
     searcher, first = build_searcher(
         exp,
         seed=plan.root_seed,
