@@ -129,7 +129,7 @@ def confirm(
 
         from tunetrain.sweeps.session import end_of_sweep_report
 
-        end_of_sweep_report(result.outcome, store.tracking_uri, Path(result.storage_path), out)
+        end_of_sweep_report(result.ran, store.tracking_uri, Path(result.storage_path), out)
     return ConfirmResult(sweep=result, table=table, winner=winner, winner_holds=holds, alias=said)
 
 

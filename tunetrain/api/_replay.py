@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tunetrain.storage import DEFAULT_STORAGE
+from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import execute
+from tunetrain.sweeps.session import Launch, execute
 
 
 @dataclasses.dataclass
@@ -63,17 +64,17 @@ def replay(
         )
         print(replaying.describe(spec), file=out, flush=True)
         name = f"replay-{spec.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        result = execute(
-            spec.experiment,
+        request = SweepRequest(
+            experiment=spec.experiment,
             tracking_uri=found,  # with where it came from, for the line that names it
             storage=storage,
             address=address,
             name=name,
-            command=command if command is not None else [f"tunetrain.replay({run_id!r})"],
-            stream=out,
+            command=tuple(command if command is not None else [f"tunetrain.replay({run_id!r})"]),
             report=False,
-            trial_seeds=(spec.seed,),
+            register=False,
         )
+        result = execute(request, experiment=spec.experiment, launch=Launch(stream=out, trial_seeds=(spec.seed,)))
     if not result.run_ids or result.status != "ok":
         print(f"\nThe replay did not run to the end (exit {result.exit_status}); nothing to compare.", file=out)
         return ReplayResult(run_id, None, [], [], result)

@@ -15,7 +15,7 @@ from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
 from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import execute
+from tunetrain.sweeps.session import Launch, execute
 
 if TYPE_CHECKING:  # pandas, which smoke_checks imports, only when a smoke test runs
     from tunetrain.api.smoke_checks import SmokeCheck
@@ -81,16 +81,15 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
     exp = request.resolve()
     tiny = checks_of.smoke_experiment(exp, steps=steps)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    common: dict[str, Any] = {
-        "tracking_uri": request.tracking_uri,
-        "storage": request.storage,
-        "address": request.address,
-        "command": list(request.command or [f"tunetrain.smoke({exp.source_path or exp.name!r})"]),
-        "report": False,
-        "stream": out,
-    }
+    # A smoke run's own sweeps: no report, nothing registered, not resumable from the journal.
+    command = request.command or (f"tunetrain.smoke({exp.source_path or exp.name!r})",)
+    asked = dataclasses.replace(request, command=tuple(command), report=False, register=False)
     try:
-        result = execute(tiny, name=request.name or f"{exp.name}-smoke-{stamp}", **common)
+        result = execute(
+            dataclasses.replace(asked, name=request.name or f"{exp.name}-smoke-{stamp}"),
+            experiment=tiny,
+            launch=Launch(stream=out),
+        )
     except ExperimentError as exc:
         print(f"\nSmoke test of {exp.name}:\n  FAIL  resources or set-up: {exc}", file=out, flush=True)
         raise
@@ -113,10 +112,9 @@ def smoke_request(request: SweepRequest, *, steps: int = 5, stream: TextIO | Non
             # trial with no step left is "failed" there, which the verdict below explains.
             said = io.StringIO()
             restored = execute(
-                checks_of.restore_experiment(tiny),
-                name=f"{exp.name}-smoke-restore-{stamp}",
-                initial_checkpoint=latest["path"],
-                **{**common, "stream": said},
+                dataclasses.replace(asked, name=f"{exp.name}-smoke-restore-{stamp}"),
+                experiment=checks_of.restore_experiment(tiny),
+                launch=Launch(stream=said, initial_checkpoint=latest["path"]),
             ).ran
             if restored.parent_run_id:
                 store.set_tags(restored.parent_run_id, {schema.SMOKE_TAG: "true"})

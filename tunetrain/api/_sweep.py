@@ -18,7 +18,7 @@ from tunetrain.redaction import redact
 from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.request import SweepRequest, ask_above_setting
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import execute
+from tunetrain.sweeps.session import Launch, execute
 from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
@@ -175,25 +175,17 @@ def run_request(
             exp = exp.replace(seed=resumable.root_seed)
     command = list(request.command) if request.command is not None else _python_call("sweep", exp, saved)
     return execute(
-        exp,
-        budget=parse_budget(request.budget) if request.budget else None,
-        tracking_uri=request.tracking_uri,
-        storage=request.storage,
-        address=request.address,
-        name=name,
-        resume=resumable,
-        command=command,
-        request=saved,
-        dry_run=dry_run or require_estimate,
-        require_estimate=require_estimate,
-        ask_above=request.ask_above,
-        ask_flag=ask_flag,
-        yes=request.yes,
-        register=request.register,
-        alias=request.alias,
-        report=request.report,
-        recorder=recorder,
-        stream=out,
+        dataclasses.replace(request, name=name, command=tuple(command)),
+        experiment=exp,
+        launch=Launch(
+            stream=out,
+            dry_run=dry_run or require_estimate,
+            require_estimate=require_estimate,
+            resume=resumable,
+            saved_request=saved,
+            ask_flag=ask_flag,
+            recorder=recorder,
+        ),
     )
 
 

@@ -30,21 +30,43 @@ class SweepResult:
     stay in the journal) or ``"dry_run"`` (nothing ran).
     """
 
-    name: str
+    name: str  # the sweep's name (its folder under the storage; plan.sweep_name)
     status: Status
     metric: str
     mode: str
     tracking_uri: str
     storage_path: str
-    trials: list[TrialRecord] = dataclasses.field(default_factory=list)
-    experiment_id: str | None = None
-    parent_run_id: str | None = None
-    run_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # trial name -> MLflow run id
-    interrupted: bool = False
-    error: str | None = None
-    outcome: SweepOutcome | None = None  # None for a dry run
-    plan: SweepPlan | None = None
+    outcome: SweepOutcome | None = None  # what the run ended with; None for a dry run
+    plan: SweepPlan | None = None  # None for the resume of a sweep that had finished
     registered: Registered | None = None  # the best trial's model version, if registered
+
+    # What the run ended with, read from the outcome (not copied: one record of it).
+
+    @property
+    def trials(self) -> list[TrialRecord]:
+        return self.outcome.trials if self.outcome is not None else []
+
+    @property
+    def experiment_id(self) -> str | None:
+        return self.outcome.experiment_id if self.outcome is not None else None
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self.outcome.parent_run_id if self.outcome is not None else None
+
+    @property
+    def run_ids(self) -> dict[str, str]:
+        """Trial name -> MLflow run id."""
+        return dict(self.outcome.run_ids) if self.outcome is not None else {}
+
+    @property
+    def interrupted(self) -> bool:
+        return self.outcome.interrupted if self.outcome is not None else False
+
+    @property
+    def error(self) -> str | None:
+        """Why the sweep stopped itself (bad input), else None."""
+        return self.outcome.bad_input if self.outcome is not None else None
 
     @property
     def ran(self) -> SweepOutcome:

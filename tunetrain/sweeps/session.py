@@ -1,10 +1,12 @@
-"""One sweep from a resolved experiment: plan it (checked before Ray starts where it can be),
-print the dry run or run it, then the summary and the report. Every API function that runs
-trials (sweep, resume, smoke, replay) comes through :func:`execute`."""
+"""One sweep from its request to its result, as a :class:`Session` (in the manner of optuna's
+``Study``): where it runs, its plan (checked before Ray starts where it can be), the dry run
+or the consent and the run, then the finish (summary, report, hand-off). Every API function
+that runs trials (sweep, resume, smoke, replay) comes through :func:`execute`."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -12,109 +14,185 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError, InterruptedBeforeStart
 from tunetrain.experiment import Experiment
-from tunetrain.records import sweep_command
+from tunetrain.records import SweepOutcome, sweep_command
 from tunetrain.redaction import redact
 from tunetrain.storage import DEFAULT_STORAGE, Storage, check_storage
+from tunetrain.sweeps.cost.budget import parse_budget
+from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import Status, SweepResult
-from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
-    from tunetrain.tracking import TrackingURI
+    from tunetrain.sweeps.plan import SweepPlan
+    from tunetrain.sweeps.resumable import Resumable
+    from tunetrain.tracking import Recorder, TrackingURI
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Launch:
+    """How a session runs what its request asks; none of it is the sweep's own (nothing here
+    is saved for a resume)."""
+
+    stream: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
+    dry_run: bool = False  # the plan (and the estimate) printed; nothing starts
+    require_estimate: bool = False  # --estimate: a dry run that must have a smoke run's timings
+    resume: Resumable | None = None  # the stopped sweep this session continues
+    saved_request: dict[str, Any] | None = None  # the request as the journal keeps it (None: not rebuildable)
+    trial_seeds: tuple[int, ...] = ()  # a replay: the recorded seeds of trials 0, 1, ...
+    initial_checkpoint: str | None = None  # a smoke run's round trip: trials start from it
+    ask_flag: str = "--ask-above"  # the flag the consent question names (or --confirm-above)
+    recorder: Callable[..., Recorder] | None = None  # None: MLflow's (tracking.SweepRecorder)
+    view: Callable[..., Any] | None = None  # the console view (None: the live status line)
 
 
 def execute(
-    experiment: Experiment,
-    *,
-    tracking_uri: str | TrackingURI | None,
-    storage: str | None,
-    address: str | None,
-    name: str | None,
-    command: list[str],
-    stream: TextIO,
-    request: dict[str, Any] | None = None,
-    dry_run: bool = False,
-    report: bool = True,
-    trial_seeds: tuple[int, ...] = (),
-    initial_checkpoint: str | None = None,
-    budget: Any = None,
-    require_estimate: bool = False,
-    resume: Any = None,
-    ask_above: str | None = None,
-    ask_flag: str = "--ask-above",
-    yes: bool = False,
-    register: bool = False,
-    alias: str | None = CHAMPION_ALIAS,
-    recorder: Callable[..., Any] | None = None,
-    view: Callable[..., Any] | None = None,
+    request: SweepRequest, *, experiment: Experiment | None = None, launch: Launch | None = None
 ) -> SweepResult:
-    """Plan, run and summarise a sweep (or resume ``resume``, a :class:`tunetrain.sweeps.resumable.Resumable`)."""
+    """Plan, run and summarise the sweep ``request`` asks for (``experiment``: the one it
+    resolves to, or one derived from it, as smoke's tiny trial; default ``request.resolve()``)."""
+    return Session(request, experiment=experiment, launch=launch or Launch()).execute()
 
-    where = _where(
-        experiment, tracking_uri=tracking_uri, storage=storage, address=address, dry_run=dry_run, recorder=recorder
-    )
-    _warn_beside_other_rays(where, stream)
-    warm = None
-    if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
-        from tunetrain.sweeps.warm import read_warm_start
 
-        warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=where.tracking_uri)
-        for line in warm.lines:
-            print(f"tunetrain: {line}", file=stream, flush=True)
-    from tunetrain.sweeps.plan import plan_sweep
+class Session:
+    """One sweep: its request, where it runs, its plan, its outcome and its result, each made
+    by the method of that stage, in this order (:meth:`execute` runs them)."""
 
-    plan = plan_sweep(
-        experiment,
-        nodes=where.nodes,
-        tracking_uri=where.tracking_uri,
-        storage_path=where.storage,
-        address=where.address,
-        sweep_name=name,
-        argv=command,
-        trial_seeds=trial_seeds,
-        initial_checkpoint=initial_checkpoint,
-        budget=budget,
-        request=request,
-        warm_points=warm.points if warm else (),
-        warm_sources=warm.sources if warm else (),
-    )
-    if resume is not None:
-        plan = _resumed_plan(plan, resume)
-    from tunetrain.algorithms import budget_warning
+    def __init__(self, request: SweepRequest, *, experiment: Experiment | None = None, launch: Launch) -> None:
+        self.request = request
+        self.launch = launch
+        self.experiment = experiment if experiment is not None else request.resolve()
+        # Refused now, before the store or a cluster is asked anything.
+        self.budget = parse_budget(request.budget) if request.budget else None
+        self._where: Where | None = None
+        self._plan: SweepPlan | None = None
+        self._outcome: SweepOutcome | None = None
 
-    if (warning := budget_warning(plan.experiment)) is not None:
-        print(f"tunetrain: warning: {warning}", file=stream, flush=True)
-    if experiment.preflight is not None:  # a dry run too: it says whether the sweep would start
-        experiment.preflight(spaces.merge({}, experiment.defaults))  # a copy: preflight cannot change it
-    if dry_run:
-        _dry_run(plan, require_estimate=require_estimate, stream=stream)
+    @property
+    def where(self) -> Where:
+        if self._where is None:
+            raise RuntimeError("Session.locate() comes first")
+        return self._where
+
+    @property
+    def plan(self) -> SweepPlan:
+        if self._plan is None:
+            raise RuntimeError("Session.make_plan() comes first")
+        return self._plan
+
+    @property
+    def outcome(self) -> SweepOutcome:
+        if self._outcome is None:
+            raise RuntimeError("Session.run() comes first")
+        return self._outcome
+
+    def execute(self) -> SweepResult:
+        """Every stage: where, the plan, then the dry run, or the consent, the run and the finish."""
+        self.locate()
+        self.make_plan()
+        if self.launch.dry_run:
+            return self.dry_run()
+        self.ask_consent()
+        self.run()
+        return self.finish()
+
+    def locate(self) -> Where:
+        """Where it runs: the store, the Ray and the storage, resolved and checked."""
+        self._where = _where(self.experiment, self.request, dry_run=self.launch.dry_run, recorder=self.launch.recorder)
+        _warn_beside_other_rays(self._where, self.launch.stream)
+        return self._where
+
+    def make_plan(self) -> SweepPlan:
+        """The plan: the experiment checked against the cluster, the warm start read, a
+        resume's changes refused; the budget warning and the experiment's preflight."""
+        from tunetrain.algorithms import budget_warning
+        from tunetrain.sweeps.plan import plan_sweep
+
+        experiment, where, launch, stream = self.experiment, self.where, self.launch, self.launch.stream
+        warm = None
+        if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
+            from tunetrain.sweeps.warm import read_warm_start
+
+            warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=where.tracking_uri)
+            for line in warm.lines:
+                print(f"tunetrain: {line}", file=stream, flush=True)
+        plan = plan_sweep(
+            experiment,
+            nodes=where.nodes,
+            tracking_uri=where.tracking_uri,
+            storage_path=where.storage,
+            address=where.address,
+            sweep_name=self.request.name,
+            argv=list(self.request.command) if self.request.command is not None else None,
+            trial_seeds=launch.trial_seeds,
+            initial_checkpoint=launch.initial_checkpoint,
+            budget=self.budget,
+            request=launch.saved_request,
+            warm_points=warm.points if warm else (),
+            warm_sources=warm.sources if warm else (),
+        )
+        if launch.resume is not None:
+            plan = _resumed_plan(plan, launch.resume)
+        if (warning := budget_warning(plan.experiment)) is not None:
+            print(f"tunetrain: warning: {warning}", file=stream, flush=True)
+        if experiment.preflight is not None:  # a dry run too: it says whether the sweep would start
+            experiment.preflight(spaces.merge({}, experiment.defaults))  # a copy: preflight cannot change it
+        self._plan = plan
+        return plan
+
+    def dry_run(self) -> SweepResult:
+        """The plan and its cost printed; nothing runs."""
+        plan = self.plan
+        _dry_run(plan, require_estimate=self.launch.require_estimate, stream=self.launch.stream)
         return SweepResult(
             name=plan.sweep_name,
             status="dry_run",
-            metric=experiment.primary_metric,
-            mode=experiment.primary_mode,
-            tracking_uri=where.tracking_uri,
+            metric=self.experiment.primary_metric,
+            mode=self.experiment.primary_mode,
+            tracking_uri=self.where.tracking_uri,
             storage_path=plan.sweep_dir,
             plan=plan,
         )
-    if plan.baseline_note:
-        print(f"tunetrain: {plan.baseline_note}.", file=stream, flush=True)
-    if resume is None:  # a resumed sweep was consented to when it started
-        plan = dataclasses.replace(
-            plan, consent=_consent(plan, ask_above=ask_above, ask_flag=ask_flag, yes=yes, stream=stream)
+
+    def ask_consent(self) -> None:
+        """``--ask-above``: asked (or refused) now, and how it was given recorded in the plan;
+        a resumed sweep was consented to when it started."""
+        plan, stream = self.plan, self.launch.stream
+        if plan.baseline_note:
+            print(f"tunetrain: {plan.baseline_note}.", file=stream, flush=True)
+        if self.launch.resume is None:
+            request = self.request
+            given = _consent(
+                plan, ask_above=request.ask_above, ask_flag=self.launch.ask_flag, yes=request.yes, stream=stream
+            )
+            self._plan = dataclasses.replace(plan, consent=given)
+
+    def run(self) -> SweepOutcome:
+        """Ray connected (the store opened meanwhile) and the plan run through Ray Tune."""
+        plan, experiment = self.plan, self.experiment
+        print(
+            f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
+            + (" and a baseline" if plan.baseline is not None else "")
+            + f", at most {plan.max_concurrent} at once, "
+            f"metric {experiment.primary_metric} ({experiment.primary_mode}); {self.where.store.line()}",
+            file=self.launch.stream,
+            flush=True,
         )
-    print(
-        f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
-        + (" and a baseline" if plan.baseline is not None else "")
-        + f", at most {plan.max_concurrent} at once, "
-        f"metric {experiment.primary_metric} ({experiment.primary_mode}); {where.store.line()}",
-        file=stream,
-        flush=True,
-    )
-    outcome = _run(plan, where, resume=resume, recorder=recorder, view=view, stream=stream)
-    return _result(plan, outcome, report=report, register=register, alias=alias, stream=stream)
+        self._outcome = _run(plan, self.where, self.launch)
+        return self._outcome
+
+    def finish(self) -> SweepResult:
+        """The summary, the report, the sweep's status, the best trial registered: the result."""
+        request = self.request
+        return _result(
+            self.plan,
+            self.outcome,
+            report=request.report,
+            register=request.register,
+            alias=request.alias,
+            stream=self.launch.stream,
+        )
 
 
-def _warn_beside_other_rays(where: _Where, stream: TextIO) -> None:
+def _warn_beside_other_rays(where: Where, stream: TextIO) -> None:
     """An embedded Ray about to start beside another one (another sweep's): said, with the fix."""
     from tunetrain import cluster
 
@@ -128,48 +206,41 @@ def _warn_beside_other_rays(where: _Where, stream: TextIO) -> None:
         )
 
 
-def _run(
-    plan: Any,
-    where: _Where,
-    *,
-    resume: Any,
-    recorder: Callable[..., Any] | None,
-    view: Callable[..., Any] | None,
-    stream: TextIO,
-) -> Any:
+def _run(plan: SweepPlan, where: Where, launch: Launch) -> SweepOutcome:
     """Ray connected (the store opened meanwhile) and the plan run: its SweepOutcome."""
     from tunetrain import cluster, tracking
     from tunetrain.sweeps import run
 
     log_dir = plan.local_dir / "logs"
     # While Ray starts; not for a recorder of the caller's (recording off opens no store).
-    opening = tracking.open_in_background(where.tracking_uri) if recorder is None else None
+    opening = tracking.open_in_background(where.tracking_uri) if launch.recorder is None else None
     try:
         ray_logs = cluster.connect(where.address, log_dir=log_dir)
         if opening is not None:
             opening.join()  # one open at a time: a new sqlite store's migrations must not run twice
     except KeyboardInterrupt:
-        if resume is None:  # nothing journaled yet: no resume to promise
+        if launch.resume is None:  # nothing journaled yet: no resume to promise
             raise InterruptedBeforeStart from None
         raise
     print(
         f"Ray: {where.address or 'embedded'} ({where.address_source}); logs: {ray_logs} "
         f"(driver log: {log_dir / 'ray_driver.log'})",
-        file=stream,
+        file=launch.stream,
         flush=True,
     )
+    resume = launch.resume
     return run.run_sweep(
         plan,
         journal=resume.journal if resume is not None else None,  # read once, when the resume was checked
-        stream=stream,
+        stream=launch.stream,
         log_dir=Path(ray_logs),
-        recorder=recorder or tracking.SweepRecorder,
-        **({"view": view} if view is not None else {}),
+        recorder=launch.recorder or tracking.SweepRecorder,
+        **({"view": launch.view} if launch.view is not None else {}),
     )
 
 
 @dataclasses.dataclass(frozen=True)
-class _Where:
+class Where:
     """Where a sweep runs, resolved and checked before Ray starts."""
 
     store: TrackingURI  # the tracking store, with where it came from
@@ -184,14 +255,8 @@ class _Where:
 
 
 def _where(
-    experiment: Experiment,
-    *,
-    tracking_uri: str | TrackingURI | None,
-    storage: str | None,
-    address: str | None,
-    dry_run: bool,
-    recorder: Callable[..., Any] | None,
-) -> _Where:
+    experiment: Experiment, request: SweepRequest, *, dry_run: bool, recorder: Callable[..., Any] | None
+) -> Where:
     """The store and the cluster, as MLflow's and Ray's tools find them (flag, then
     MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default), and the storage: a
     server that does not answer, a store that would refuse the sweep's runs, a storage
@@ -199,19 +264,20 @@ def _where(
     now, before anything starts."""
     from tunetrain import cluster, tracking
 
+    tracking_uri, storage = request.tracking_uri, request.storage
     store = (
         tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
     )
     tracking.check_reachable(store)
     if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
         tracking.check_writable(store, experiment.name)
-    address, address_source = cluster.resolve_address(address)
+    address, address_source = cluster.resolve_address(request.address)
     storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
     check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
     # The process's own Ray is asked; an embedded Ray gets this machine's resources, so the
     # plan is checked before Ray starts; a cluster is asked (connecting starts nothing).
     if address is None:
-        return _Where(store, address, address_source, storage, cluster.local_nodes())
+        return Where(store, address, address_source, storage, cluster.local_nodes())
     if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
         nodes = cluster.read_nodes(address)
     else:
@@ -226,10 +292,12 @@ def _where(
             fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
             "see docs/cluster.md.",
         )
-    return _Where(store, address, address_source, storage, nodes)
+    return Where(store, address, address_source, storage, nodes)
 
 
-def _result(plan: Any, outcome: Any, *, report: bool, register: bool, alias: str | None, stream: TextIO) -> SweepResult:
+def _result(
+    plan: SweepPlan, outcome: SweepOutcome, *, report: bool, register: bool, alias: str | None, stream: TextIO
+) -> SweepResult:
     """After the run: the summary, the report, the sweep's status (what the record lacks
     said, with the fix), the best trial registered, and the result."""
     from tunetrain import tracking
@@ -253,19 +321,13 @@ def _result(plan: Any, outcome: Any, *, report: bool, register: bool, alias: str
         mode=outcome.mode,
         tracking_uri=tracking_uri,
         storage_path=plan.sweep_dir,
-        trials=outcome.trials,
-        experiment_id=outcome.experiment_id,
-        parent_run_id=outcome.parent_run_id,
-        run_ids=dict(outcome.run_ids),
-        interrupted=outcome.interrupted,
-        error=outcome.bad_input,
         outcome=outcome,
         plan=plan,
         registered=registered,
     )
 
 
-def _status(plan: Any, outcome: Any, stream: TextIO) -> Status:
+def _status(plan: SweepPlan, outcome: SweepOutcome, stream: TextIO) -> Status:
     """The sweep's status; bad input, a refused record or an unwritten journal said here."""
     if outcome.bad_input:
         print(f"\ntunetrain: error: {outcome.bad_input}\n  Fix: {outcome.bad_input_fix}", file=stream)
@@ -290,7 +352,7 @@ def _status(plan: Any, outcome: Any, stream: TextIO) -> Status:
     return "ok" if any(t.status in ("completed", "stopped_early") for t in outcome.trials) else "all_failed"
 
 
-def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
+def _dry_run(plan: SweepPlan, *, require_estimate: bool, stream: TextIO) -> None:
     """The plan, and its cost from the newest smoke run of the same trial shape."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import estimate
@@ -319,7 +381,7 @@ def _dry_run(plan: Any, *, require_estimate: bool, stream: TextIO) -> None:
         )
 
 
-def _consent(plan: Any, *, ask_above: str | None, ask_flag: str, yes: bool, stream: TextIO) -> str:
+def _consent(plan: SweepPlan, *, ask_above: str | None, ask_flag: str, yes: bool, stream: TextIO) -> str:
     """``--ask-above``: ask (or refuse) when the sweep's estimate or budget exceeds the
     threshold (:mod:`tunetrain.sweeps.cost.consent`); what is recorded on the parent run."""
     from tunetrain import tracking
@@ -349,7 +411,7 @@ def _consent(plan: Any, *, ask_above: str | None, ask_flag: str, yes: bool, stre
     return consent.obtain(reasons, details=details, yes=yes, stream=stream) + ": " + "; ".join(reasons)
 
 
-def _resumed_plan(plan: Any, resume: Any) -> Any:
+def _resumed_plan(plan: SweepPlan, resume: Resumable) -> SweepPlan:
     """The plan of a resumed sweep: its own id, and refused when the experiment changed."""
     from tunetrain.sweeps.plan import sweep_facts
 
@@ -373,7 +435,7 @@ def _resumed_plan(plan: Any, resume: Any) -> Any:
     return plan
 
 
-def end_of_sweep_report(outcome: Any, tracking_uri: str, folder: Path, stream: TextIO) -> None:
+def end_of_sweep_report(outcome: SweepOutcome, tracking_uri: str, folder: Path, stream: TextIO) -> None:
     """The sweep report, written after the summary; a failure here never changes the sweep's
     result (everything is recorded already), it is only said."""
     from tunetrain.results.analysis import load_sweep

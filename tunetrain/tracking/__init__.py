@@ -23,7 +23,8 @@ and the rest are counted.
 from tunetrain.tracking import schema
 from tunetrain.tracking._rules import metric_key_problem, param_value_problem, suggested_metric_key
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
-from tunetrain.tracking.recorder import NullRecorder, Recorder, SweepRecorder
+from tunetrain.tracking.recorder import SweepRecorder
+from tunetrain.tracking.recording import NullRecorder, Recorder
 from tunetrain.tracking.registry import RegisteredVersion, register_version
 from tunetrain.tracking.store import (
     RunRecord,

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
@@ -19,62 +19,7 @@ from tunetrain.redaction import redact, strip_credentials
 from tunetrain.tracking._rules import METRIC_FLUSH_INTERVAL_S, _quiet_mlflow_logging, _transient, _trim
 from tunetrain.tracking._writes import _StoreWrites
 from tunetrain.tracking.journal import Journal, JournalProgress, JournalState
-
-
-class Recorder(Protocol):
-    """What the sweep log (:class:`tunetrain.tracking.SweepLog`) records through:
-    :class:`SweepRecorder` (MLflow, journaled) or :class:`NullRecorder` (recording off).
-    ``tunetrain.sweep(..., recorder=...)`` takes a callable with :class:`SweepRecorder`'s
-    keyword arguments that returns one. Both name it as their base, so mypy checks each
-    method against the signatures written here (as accelerate's trackers implement
-    ``GeneralTracker``)."""
-
-    experiment_id: str | None
-    error_count: int
-    first_error: str | None
-    journal_error: str | None
-    drain_timeout_s: float
-
-    def start_sweep(
-        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
-    ) -> str | None: ...
-    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None: ...
-    def log_sweep_artifact(self, local_path: str) -> None: ...
-    def log_sweep_text(self, text: str, name: str) -> None: ...
-    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None: ...
-    def end_sweep(
-        self,
-        *,
-        status: str,
-        best_metrics: Mapping[str, float],
-        tags: Mapping[str, Any],
-        best_trial: str | None,
-        best_config: Mapping[str, Any] | None,
-        step: int = 0,
-    ) -> None: ...
-    def start_trial(
-        self, trial: str, *, params: Mapping[str, Any], tags: Mapping[str, Any], start_time: float
-    ) -> None: ...
-    def reopen_trial(self, trial: str) -> None: ...
-    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None: ...
-    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None: ...
-    def end_trial(
-        self,
-        trial: str,
-        *,
-        status: str,
-        end_time: float,
-        tags: Mapping[str, Any],
-        error: str | None = None,
-        error_headline: str = "",
-        artifacts: Mapping[str, Any] | None = None,
-    ) -> None: ...
-    def log_dict(self, trial: str, name: str, content: Any) -> None: ...
-    def run_id(self, trial: str) -> str | None: ...
-    def flush(self, timeout: float | None = None) -> bool: ...
-    @property
-    def unsent(self) -> int: ...
-    def close(self, timeout: float | None = None) -> None: ...
+from tunetrain.tracking.recording import Recorder
 
 
 class SweepRecorder(_StoreWrites, Recorder):
@@ -455,89 +400,3 @@ class SweepRecorder(_StoreWrites, Recorder):
             self._journal.close()
             if self._journal.error is not None:
                 self._journal_refused()
-
-
-class NullRecorder(Recorder):
-    """Recording off: every call of :class:`Recorder` does nothing, and no run id exists (what
-    the benchmarks compare tracking against, and ``tunetrain.sweep(..., recorder=NullRecorder)``).
-    Each method is written out, so a method added to the interface without one here fails
-    mypy instead of being swallowed."""
-
-    experiment_id: str | None = None
-    error_count = 0
-    first_error: str | None = None
-    journal_error: str | None = None
-    drain_timeout_s = 0.0
-
-    def __init__(self, **options: Any) -> None:
-        """Takes (and ignores) :class:`SweepRecorder`'s keyword arguments."""
-
-    def start_sweep(
-        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], sweep_id: str | None = None
-    ) -> str | None:
-        return None
-
-    def resume_sweep(self, *, tags: Mapping[str, Any]) -> str | None:
-        return None
-
-    def log_sweep_artifact(self, local_path: str) -> None:
-        pass
-
-    def log_sweep_text(self, text: str, name: str) -> None:
-        pass
-
-    def set_sweep_tags(self, tags: Mapping[str, Any]) -> None:
-        pass
-
-    def end_sweep(
-        self,
-        *,
-        status: str,
-        best_metrics: Mapping[str, float],
-        tags: Mapping[str, Any],
-        best_trial: str | None,
-        best_config: Mapping[str, Any] | None,
-        step: int = 0,
-    ) -> None:
-        pass
-
-    def start_trial(self, trial: str, *, params: Mapping[str, Any], tags: Mapping[str, Any], start_time: float) -> None:
-        pass
-
-    def reopen_trial(self, trial: str) -> None:
-        pass
-
-    def log_metrics(self, trial: str, *, step: int, metrics: Mapping[str, float], timestamp: float) -> None:
-        pass
-
-    def set_tags(self, trial: str, tags: Mapping[str, Any]) -> None:
-        pass
-
-    def end_trial(
-        self,
-        trial: str,
-        *,
-        status: str,
-        end_time: float,
-        tags: Mapping[str, Any],
-        error: str | None = None,
-        error_headline: str = "",
-        artifacts: Mapping[str, Any] | None = None,
-    ) -> None:
-        pass
-
-    def log_dict(self, trial: str, name: str, content: Any) -> None:
-        pass
-
-    def run_id(self, trial: str) -> str | None:
-        return None
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    @property
-    def unsent(self) -> int:
-        return 0
-
-    def close(self, timeout: float | None = None) -> None:
-        pass

@@ -21,7 +21,7 @@ from tunetrain import provenance
 from tunetrain import space as spaces
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, TrialStatus, error_headline
 from tunetrain.tracking import schema
-from tunetrain.tracking.recorder import Recorder
+from tunetrain.tracking.recording import Recorder
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
