@@ -143,8 +143,10 @@ def run_request(
     from tunetrain.sweeps.cost.budget import parse_budget
 
     out = stream or sys.stdout
-    if request.config_from is not None:  # its config pinned once, the request's overrides winning
-        pinned = config_of(request.config_from, tracking_uri=request.tracking_text)
+    if (config_from := request.config_from) is not None:  # its config pinned once, the overrides winning
+        # The store resolved once here, and handed down: the session does not resolve it again.
+        request = dataclasses.replace(request, tracking_uri=_tracking(request.tracking_uri))
+        pinned = config_of(config_from, tracking_uri=request.tracking_uri)
         request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
     exp = request.resolve()
     if request.ask_above is not None:  # refused now, a dry run too
@@ -222,6 +224,13 @@ def resume(
     return run_request(request, resume=True, stream=stream)
 
 
+def _tracking(given: str | TrackingURI | None) -> TrackingURI:
+    """The sweep's store as the session would resolve it (flag, MLFLOW_TRACKING_URI, default)."""
+    from tunetrain.tracking import TrackingURI, resolve_tracking_uri
+
+    return given if isinstance(given, TrackingURI) else resolve_tracking_uri(given)
+
+
 def _recorded_uri(uri: str | None) -> TrackingURI | None:
     """The tracking URI a sweep's journal recorded, labelled so (not "from --tracking-uri")."""
     from tunetrain.tracking import TrackingURI
@@ -240,7 +249,7 @@ def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | No
     return [f"tunetrain.{function}({', '.join(arguments)})"]
 
 
-def config_of(ref: str, *, tracking_uri: str | None = None) -> dict[str, Any]:
+def config_of(ref: str, *, tracking_uri: str | TrackingURI | None = None) -> dict[str, Any]:
     """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
     id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
     from tunetrain.results.analysis import existing_store, load_sweep, nested_config

@@ -23,7 +23,7 @@ import pandas as pd
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.records import against_baseline
-from tunetrain.tracking import RunRecord, SweepStore, check_existing, resolve_tracking_uri, schema
+from tunetrain.tracking import RunRecord, SweepStore, TrackingURI, check_existing, resolve_tracking_uri, schema
 
 __all__ = ["Sweep", "list_sweeps", "load_sweep", "nested_config"]
 
@@ -367,10 +367,15 @@ class Sweep:
         return {k: v for k, v in sorted(self.tags.items()) if k.startswith(schema.ENVIRONMENT_PREFIXES)}
 
 
-def existing_store(tracking_uri: str | None) -> SweepStore:
-    """The store ``tracking_uri`` names (None: ``MLFLOW_TRACKING_URI``, else ./mlflow.db),
-    which must exist: reading never creates one."""
-    found = resolve_tracking_uri(tracking_uri, flag="tracking_uri")
+def existing_store(tracking_uri: str | TrackingURI | None) -> SweepStore:
+    """The store ``tracking_uri`` names (None: ``MLFLOW_TRACKING_URI``, else ./mlflow.db; a
+    :class:`TrackingURI` is one a sweep resolved already), which must exist: reading never
+    creates one."""
+    found = (
+        tracking_uri
+        if isinstance(tracking_uri, TrackingURI)
+        else resolve_tracking_uri(tracking_uri, flag="tracking_uri")
+    )
     check_existing(found)
     return SweepStore(found.uri)
 
@@ -421,7 +426,9 @@ def list_sweeps(*, experiment: str | None = None, tracking_uri: str | None = Non
     return pd.DataFrame(rows, columns=[*columns, "scheduler", "searcher", "run_id"])
 
 
-def load_sweep(sweep: str | None = None, *, experiment: str | None = None, tracking_uri: str | None = None) -> Sweep:
+def load_sweep(
+    sweep: str | None = None, *, experiment: str | None = None, tracking_uri: str | TrackingURI | None = None
+) -> Sweep:
     """A sweep by name or parent run id (None: the newest, of ``experiment`` when given)."""
     store = existing_store(tracking_uri)
     return Sweep(store, store.sweep(sweep, experiment=experiment))

@@ -111,7 +111,7 @@ class Session:
         if experiment.warm_start:  # the earlier sweeps' trials, read before anything starts
             from tunetrain.sweeps.warm import read_warm_start
 
-            warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=where.tracking_uri)
+            warm = read_warm_start(experiment.warm_start, experiment, tracking_uri=where.store)
             for line in warm.lines:
                 print(f"tunetrain: {line}", file=stream, flush=True)
         plan = plan_sweep(

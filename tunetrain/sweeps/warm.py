@@ -16,11 +16,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+
+if TYPE_CHECKING:
+    from tunetrain.tracking import TrackingURI
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +61,7 @@ def check_searcher(experiment: Experiment) -> None:
         )
 
 
-def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri: str) -> WarmStart:
+def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri: TrackingURI) -> WarmStart:
     """The evaluated points the sweeps (or trials) ``refs`` give ``experiment``."""
     from tunetrain.results.analysis import existing_store, load_sweep, nested_config
 
@@ -67,8 +70,8 @@ def read_warm_start(refs: Sequence[str], experiment: Experiment, *, tracking_uri
     lines: list[str] = []
     sources: list[str] = []
     for ref in refs:
-        uri, _, name = ref.rpartition("#")
-        uri = uri or tracking_uri
+        given, _, name = ref.rpartition("#")
+        uri: str | TrackingURI = given or tracking_uri  # the sweep's store, resolved once by the session
         try:
             sweep = load_sweep(name, tracking_uri=uri)
             runs, label = list(sweep.runs), sweep.name
