@@ -7,7 +7,9 @@ exploits happened), never a decision of their own; the sweep's policy acts throu
 (before a launch: the budget; a trial left alone: the baseline).
 """
 
-from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_pairing
+from tunetrain.algorithms._hyperopt_search import hyperopt_space
+from tunetrain.algorithms._optuna_search import DefineByRunOptunaSearch, optuna_define_by_run
+from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_pairing, searcher_owns_space
 from tunetrain.algorithms._recording import (
     RecordingASHA,
     RecordingFIFO,
@@ -24,13 +26,9 @@ from tunetrain.algorithms._schedulers import (
 )
 from tunetrain.algorithms._searchers import (
     TPE_SEARCHERS,
-    DefineByRunOptunaSearch,
     build_searcher,
-    hyperopt_space,
-    optuna_define_by_run,
     resolve_searcher,
     searcher_live_limit,
-    searcher_owns_space,
 )
 from tunetrain.algorithms._tpe import FidelityTPESearch
 

@@ -67,3 +67,9 @@ def check_pairing(experiment: Experiment) -> None:
             f"but got searcher={experiment.searcher!r}.",
             fix="Use --searcher grid, or replace grid_search with tune.choice.",
         )
+
+
+def searcher_owns_space(experiment: Experiment) -> bool:
+    """Whether the searcher gets the search space itself (Tune's param_space then holds only
+    constants): Optuna or HyperOpt with a conditional space."""
+    return experiment.searcher in ("optuna", "hyperopt") and spaces.has_conditional(experiment.space)

@@ -48,6 +48,8 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tunetrain import space as spaces
+from tunetrain.errors import ExperimentError
+from tunetrain.experiment import Experiment
 from tunetrain.seeding import derive_seed
 
 logger = logging.getLogger(__name__)
@@ -311,3 +313,55 @@ def _flat(point: Mapping[str, Any]) -> dict[str, Any]:
 def _nested(params: Mapping[str, Any]) -> dict[str, Any]:
     """The nested config of Optuna's "/"-joined names (the inverse of :func:`_flat`)."""
     return spaces.unflatten({name.replace("/", "."): value for name, value in params.items()})
+
+
+# Options of the searchers FidelityTPESearch serves; the first two are TPE's alone.
+TPE_ONLY_OPTIONS = ("n_startup_trials", "reproducible")
+TPE_OPTIONS = ("sampler", "points_to_evaluate", *TPE_ONLY_OPTIONS)
+
+
+def build_fidelity_tpe(
+    experiment: Experiment,
+    name: str,
+    options: dict[str, Any],
+    *,
+    seed: int,
+    max_concurrent: int,
+    points: list[dict[str, Any]] | None,
+    evaluated: list[tuple[dict[str, Any], list[float]]] | None,
+    stopped: Mapping[str, int] | None,
+) -> FidelityTPESearch:
+    unknown = sorted(set(options) - set(TPE_OPTIONS))
+    if unknown:
+        raise ExperimentError(
+            f"Unknown searcher option(s) {', '.join(map(repr, unknown))} for searcher {name!r} (TPE told of early "
+            f"stops); valid options are: {', '.join(TPE_OPTIONS)}.",
+            fix="Use only those keys in searcher_options.",
+        )
+    n_startup, reproducible = options.get("n_startup_trials", 10), options.get("reproducible", False)
+    if not isinstance(n_startup, int) or isinstance(n_startup, bool) or n_startup < 0:
+        raise ExperimentError(
+            f"searcher_options['n_startup_trials'] is the number of random trials before TPE's model, an integer "
+            f">= 0, but got {n_startup!r}.",
+            fix='Use e.g. searcher_options={"n_startup_trials": 10} (Optuna\'s default).',
+        )
+    if not isinstance(reproducible, bool):
+        raise ExperimentError(
+            f"searcher_options['reproducible'] is true or false, but got {reproducible!r}.",
+            fix='Use searcher_options={"reproducible": True}.',
+        )
+    if evaluated:
+        # Warm-started, the sampler draws from a seed of its own (see build_optuna).
+        seed = derive_seed(seed, len(evaluated))
+    return FidelityTPESearch(
+        metric=experiment.primary_metric,
+        mode=experiment.primary_mode,
+        seed=seed,
+        fidelity="rung" if name == "async_bohb" else "last",
+        n_startup_trials=n_startup,
+        reproducible=reproducible,
+        max_concurrent=max_concurrent,
+        points_to_evaluate=points or options.get("points_to_evaluate"),
+        evaluated=[({k.replace(".", "/"): v for k, v in p.items()}, values[0]) for p, values in evaluated or ()],
+        stopped=stopped,
+    )
