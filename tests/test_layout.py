@@ -307,6 +307,35 @@ def test_ray_is_imported_at_module_level_only_by_the_layers_design_md_names() ->
     assert importers == []
 
 
+# The records a sweep hands from stage to stage (design.md's table), by the parameter names
+# that carry them: never annotated Any, so that mypy follows each hand-off.
+HAND_OFFS = ("request", "experiment", "where", "launch", "plan", "resume", "resumable", "outcome")
+
+
+_ANY = ("Any", "Any | None", "'Any'")
+
+
+def untyped_hand_offs(source: str) -> list[str]:
+    """Each function parameter named for a stage's record and annotated ``Any``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                if arg.arg in HAND_OFFS and arg.annotation is not None and ast.unparse(arg.annotation) in _ANY:
+                    found.append(f"{node.name}({arg.arg}: {ast.unparse(arg.annotation)})")
+    return found
+
+
+def test_no_hand_off_between_stages_is_typed_any() -> None:
+    untyped = {
+        name: found
+        for name, source in _module_sources().items()
+        if name != "tunetrain.serving"  # its `request` is Starlette's, not a sweep's
+        and (found := untyped_hand_offs(source))
+    }
+    assert untyped == {}
+
+
 def same_named_modules(names: list[str]) -> list[str]:
     """Module names (the last part) that two packages both use, ``__init__`` and
     ``__main__`` aside: ``sweeps/serving.py`` beside ``tracking/serving.py`` reads as one thing
@@ -324,6 +353,9 @@ def test_no_two_packages_hold_modules_of_one_name() -> None:
     assert not imports_ray_at_module_level(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray\ndef f():\n    from ray import tune\n"
     )
+    assert untyped_hand_offs(
+        "def f(plan: Any, *, outcome: 'SweepOutcome', other: Any, request: dict[str, Any]) -> None: ..."
+    ) == ["f(plan: Any)"]
     assert same_named_modules(modules) == []
 
 

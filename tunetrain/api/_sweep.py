@@ -238,7 +238,7 @@ def _recorded_uri(uri: str | None) -> TrackingURI | None:
     return TrackingURI(uri, "the sweep's journal") if uri else None
 
 
-def _python_call(function: str, experiment: Any, request: Mapping[str, Any] | None) -> list[str]:
+def _python_call(function: str, experiment: Experiment, request: Mapping[str, Any] | None) -> list[str]:
     """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
     target = request["experiment"] if request else getattr(experiment, "name", "?")
     arguments = [repr(target)]

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.records import SweepOutcome
 from tunetrain.sweeps.request import recorded_experiment
 from tunetrain.tracking.registry import CHAMPION_ALIAS, RegisteredVersion, promote_if_better
 
@@ -150,7 +151,12 @@ def _chosen_trial(found: Any, trial: str | None) -> Any:
 
 
 def register_at_end(
-    outcome: Any, experiment: Experiment, *, tracking_uri: str, stream: TextIO, alias: str | None = CHAMPION_ALIAS
+    outcome: SweepOutcome,
+    experiment: Experiment,
+    *,
+    tracking_uri: str,
+    stream: TextIO,
+    alias: str | None = CHAMPION_ALIAS,
 ) -> Registered | None:
     """A sweep's end: its best trial registered (the line printed), or why not, in one line;
     ``alias`` moved to it when it beats the version holding it (see

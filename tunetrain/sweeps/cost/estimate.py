@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunetrain.experiment import Experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Estimate:
     wall_s_at_most: float | None = None  # ASHA stopping no trial: every one to max_t
 
 
-def _max_t(experiment: Any) -> float | None:
+def _max_t(experiment: Experiment) -> float | None:
     """The most iterations a trial runs: the scheduler's ``max_t`` or the stop rule's limit,
     the lower of the two; None without either."""
     max_t = dict(experiment.scheduler_options).get("max_t", experiment.stop.max_iterations)
@@ -42,7 +45,7 @@ def _max_t(experiment: Any) -> float | None:
     return max_t
 
 
-def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
+def iterations_per_trial(experiment: Experiment) -> tuple[float, str] | None:
     """Expected iterations of one trial and how that was worked out; None when the
     experiment sets no iteration limit (its trials end when their train loop does)."""
     options = dict(experiment.scheduler_options)
@@ -64,7 +67,7 @@ def iterations_per_trial(experiment: Any) -> tuple[float, str] | None:
 
 
 def estimate(
-    experiment: Any, *, max_concurrent: int, startup_s: float, iteration_s: float, trials: int | None = None
+    experiment: Experiment, *, max_concurrent: int, startup_s: float, iteration_s: float, trials: int | None = None
 ) -> Estimate | None:
     """The sweep's cost from a smoke run's timings; ``trials``: how many run (default the
     experiment's, grid points included; a sweep's plan adds its baseline trial)."""
@@ -109,7 +112,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def describe(experiment: Any, *, max_concurrent: int, smoke: Any, unfit: str = "", trials: int | None = None) -> str:
+def describe(
+    experiment: Experiment, *, max_concurrent: int, smoke: Any, unfit: str = "", trials: int | None = None
+) -> str:
     """The estimate lines of ``--dry-run``: from the latest smoke run of the sweep's trial shape
     (``smoke``, a :class:`tunetrain.tracking.SmokeTimings`), or why there is none and how to
     get one (``unfit``: why the newest smoke run does not apply)."""
