@@ -40,6 +40,5 @@ experiment = load_experiment(Path(__file__).resolve().parent / "mlp_digits.py").
         "batch_size": 64,  # per-worker batch size
         "epochs": 12,  # epochs per trial
     },
-    searcher="optuna",  # or hyperopt; both search the branches as branches
     num_samples=12,  # trials
 )

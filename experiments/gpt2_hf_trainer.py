@@ -193,7 +193,6 @@ experiment = Experiment(
     mode="min",  # lower is better
     scheduler="asha",  # stops poor trials at evaluation rungs 2, 4, 8, ...
     scheduler_options={"grace_period": 2, "reduction_factor": 2},  # rungs in evaluations; max_t from stop
-    searcher="optuna",  # Optuna's TPE, seeded from the root seed
     num_samples=8,  # trials in the sweep
     workers_per_trial=1,  # DDP processes per trial (the Trainer wraps the model)
     resources_per_worker={"CPU": 1},  # two trials side by side on 2 CPUs

@@ -159,7 +159,7 @@ experiment = Experiment(
     mode="max",  # higher is better
     scheduler="asha",  # stops poor trials at rungs 1, 2, 4, 8 epochs
     scheduler_options={"grace_period": 1, "reduction_factor": 2},  # ASHA's first rung and halving rate
-    searcher="optuna",  # Optuna's TPE, seeded from the root seed
+    # No searcher named: "auto" picks the best measured for ASHA (the plan says which and why).
     num_samples=8,  # trials in the sweep
     workers_per_trial=1,  # DDP processes per trial
     resources_per_worker={"CPU": 1},  # so two trials run side by side on 2 CPUs

@@ -22,6 +22,5 @@ experiment = load_experiment(Path(__file__).resolve().parent / "mlp_digits.py").
     },
     metric=["val_loss", "n_params"],  # both minimised; the first decides ASHA's stops
     mode=["min", "min"],
-    searcher="optuna",  # NSGA-II by default for several objectives
     num_samples=16,  # trials
 )

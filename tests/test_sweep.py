@@ -114,7 +114,9 @@ def test_demo_sweep_runs_trials_side_by_side_with_asha_and_records_everything(wo
     assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
     # The parent run carries the sweep's settings and ends with the best trial.
     tags = parent.data.tags
-    assert tags["tunetrain.scheduler"] == "asha" and tags["tunetrain.searcher"] == "optuna"
+    # The example names no searcher: "auto" picks the best measured for ASHA, said on the record.
+    assert tags["tunetrain.scheduler"] == "asha" and tags["tunetrain.searcher"] == "async_bohb"
+    assert tags["tunetrain.searcher_note"].startswith("auto: best measured with scheduler 'asha'")
     assert tags["tunetrain.root_seed"] == "0" and len(tags["tunetrain.experiment_sha256"]) == 64
     assert tags["tunetrain.best_run_id"] in {r.info.run_id for r in children}
     best = max(children, key=lambda r: max(m.value for m in client.get_metric_history(r.info.run_id, "val_acc")))
