@@ -3,22 +3,17 @@ request saved for a resume, and the run handed to :mod:`tunetrain.sweeps.session
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from tunetrain import records
-from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
-from tunetrain.redaction import redact
 from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.request import SweepRequest, ask_above_setting
 from tunetrain.sweeps.result import SweepResult
-from tunetrain.sweeps.session import Launch, execute
+from tunetrain.sweeps.session import run_request
 from tunetrain.tracking.registry import CHAMPION_ALIAS
 
 if TYPE_CHECKING:
@@ -126,71 +121,6 @@ def sweep(
     )
 
 
-def run_request(
-    request: SweepRequest,
-    *,
-    ask_flag: str = "--ask-above",
-    resume: bool = False,
-    dry_run: bool = False,
-    require_estimate: bool = False,
-    recorder: Callable[..., Any] | None = None,
-    stream: TextIO | None = None,
-) -> SweepResult:
-    """Run the sweep ``request`` asks for (what :func:`sweep` and ``tunetrain sweep`` do once
-    they have built it; :func:`resume` once it has rebuilt it from the journal, with every
-    choice the sweep started with); the keywords are :func:`sweep`'s."""
-    from tunetrain.sweeps import resumable as resuming
-    from tunetrain.sweeps.cost.budget import parse_budget
-
-    out = stream or sys.stdout
-    if (config_from := request.config_from) is not None:  # its config pinned once, the overrides winning
-        # The store resolved once here, and handed down: the session does not resolve it again.
-        request = dataclasses.replace(request, tracking_uri=_tracking(request.tracking_uri))
-        pinned = config_of(config_from, tracking_uri=request.tracking_uri)
-        request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
-    exp = request.resolve()
-    if request.ask_above is not None:  # refused now, a dry run too
-        parse_budget(request.ask_above, flag=ask_flag)
-    saved = request.saved(exp)
-    resumable = None
-    name = request.name
-    if resume:
-        storage_root = request.storage or DEFAULT_STORAGE
-        name = name or resuming.latest_sweep(storage_root, exp.name)
-        if name is None:
-            raise ExperimentError(
-                f"--resume: no sweep of experiment {exp.name!r} under {storage_root!r}.",
-                fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
-            )
-        resumable = resuming.load(storage_root, name)
-        if resumable.ended_as:
-            print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=out)
-            return SweepResult(
-                name=name,
-                status="ok",
-                metric=exp.primary_metric,
-                mode=exp.primary_mode,
-                tracking_uri=request.tracking_text or "",
-                storage_path=str(Path(storage_root, name)),
-            )
-        if exp.seed is None:  # the seed drawn when the sweep started
-            exp = exp.replace(seed=resumable.root_seed)
-    command = list(request.command) if request.command is not None else _python_call("sweep", exp, saved)
-    return execute(
-        dataclasses.replace(request, name=name, command=tuple(command)),
-        experiment=exp,
-        launch=Launch(
-            stream=out,
-            dry_run=dry_run or require_estimate,
-            require_estimate=require_estimate,
-            resume=resumable,
-            saved_request=saved,
-            ask_flag=ask_flag,
-            recorder=recorder,
-        ),
-    )
-
-
 def resume(
     sweep_name: str,
     *,
@@ -224,47 +154,8 @@ def resume(
     return run_request(request, resume=True, stream=stream)
 
 
-def _tracking(given: str | TrackingURI | None) -> TrackingURI:
-    """The sweep's store as the session would resolve it (flag, MLFLOW_TRACKING_URI, default)."""
-    from tunetrain.tracking import TrackingURI, resolve_tracking_uri
-
-    return given if isinstance(given, TrackingURI) else resolve_tracking_uri(given)
-
-
 def _recorded_uri(uri: str | None) -> TrackingURI | None:
     """The tracking URI a sweep's journal recorded, labelled so (not "from --tracking-uri")."""
     from tunetrain.tracking import TrackingURI
 
     return TrackingURI(uri, "the sweep's journal") if uri else None
-
-
-def _python_call(function: str, experiment: Experiment, request: Mapping[str, Any] | None) -> list[str]:
-    """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
-    target = request["experiment"] if request else getattr(experiment, "name", "?")
-    arguments = [repr(target)]
-    if request:
-        arguments += [f"{k}={v}" for k, v in request["fields"].items()]
-        if request["overrides"]:
-            arguments.append("overrides={" + ", ".join(f"{k!r}: {v}" for k, v in request["overrides"].items()) + "}")
-    return [f"tunetrain.{function}({', '.join(arguments)})"]
-
-
-def config_of(ref: str, *, tracking_uri: str | TrackingURI | None = None) -> dict[str, Any]:
-    """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
-    id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
-    from tunetrain.results.analysis import existing_store, load_sweep, nested_config
-
-    try:
-        return spaces.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
-    except ExperimentError as not_a_sweep:
-        store = existing_store(tracking_uri)
-        try:
-            run = store.run(ref)
-        except ExperimentError:
-            raise ExperimentError(
-                f"--config-from {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in "
-                f"{redact(store.tracking_uri)}.",
-                fix="Pass a sweep name from `tunetrain list` or a run id from `tunetrain show SWEEP --all-columns`, "
-                "and the store's --tracking-uri.",
-            ) from not_a_sweep
-        return spaces.flatten(nested_config(run.params))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -16,15 +16,17 @@ from tunetrain.errors import ExperimentError, InterruptedBeforeStart
 from tunetrain.experiment import Experiment
 from tunetrain.records import SweepOutcome, sweep_command
 from tunetrain.redaction import redact
-from tunetrain.storage import DEFAULT_STORAGE, Storage, check_storage
+from tunetrain.storage import DEFAULT_STORAGE
 from tunetrain.sweeps.cost.budget import parse_budget
 from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import Status, SweepResult
+from tunetrain.sweeps.where import Where, locate
+from tunetrain.tracking.uri import TrackingURI
 
 if TYPE_CHECKING:
     from tunetrain.sweeps.plan import SweepPlan
     from tunetrain.sweeps.resumable import Resumable
-    from tunetrain.tracking import Recorder, TrackingURI
+    from tunetrain.tracking import Recorder
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,6 +52,89 @@ def execute(
     """Plan, run and summarise the sweep ``request`` asks for (``experiment``: the one it
     resolves to, or one derived from it, as smoke's tiny trial; default ``request.resolve()``)."""
     return Session(request, experiment=experiment, launch=launch or Launch()).execute()
+
+
+def run_request(
+    request: SweepRequest,
+    *,
+    ask_flag: str = "--ask-above",
+    resume: bool = False,
+    dry_run: bool = False,
+    require_estimate: bool = False,
+    recorder: Callable[..., Any] | None = None,
+    stream: TextIO | None = None,
+) -> SweepResult:
+    """Run the sweep ``request`` asks for (what :func:`sweep` and ``tunetrain sweep`` do once
+    they have built it; :func:`resume` once it has rebuilt it from the journal, with every
+    choice the sweep started with); the keywords are :func:`sweep`'s."""
+    from tunetrain.sweeps import resumable as resuming
+    from tunetrain.sweeps.warm import config_of
+
+    out = stream or sys.stdout
+    if (config_from := request.config_from) is not None:  # its config pinned once, the overrides winning
+        # The store resolved once here, and handed down: the session does not resolve it again.
+        request = dataclasses.replace(request, tracking_uri=_tracking(request.tracking_uri))
+        pinned = config_of(config_from, tracking_uri=request.tracking_uri)
+        request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
+    exp = request.resolve()
+    if request.ask_above is not None:  # refused now, a dry run too
+        parse_budget(request.ask_above, flag=ask_flag)
+    saved = request.saved(exp)
+    resumable = None
+    name = request.name
+    if resume:
+        storage_root = request.storage or DEFAULT_STORAGE
+        name = name or resuming.latest_sweep(storage_root, exp.name)
+        if name is None:
+            raise ExperimentError(
+                f"--resume: no sweep of experiment {exp.name!r} under {storage_root!r}.",
+                fix="Pass the sweep's name with --name and the --storage it ran with (tunetrain list shows sweeps).",
+            )
+        resumable = resuming.load(storage_root, name)
+        if resumable.ended_as:
+            print(f"Sweep {name} already finished; nothing to resume (tunetrain show {name}).", file=out)
+            return SweepResult(
+                name=name,
+                status="ok",
+                metric=exp.primary_metric,
+                mode=exp.primary_mode,
+                tracking_uri=request.tracking_text or "",
+                storage_path=str(Path(storage_root, name)),
+            )
+        if exp.seed is None:  # the seed drawn when the sweep started
+            exp = exp.replace(seed=resumable.root_seed)
+    command = list(request.command) if request.command is not None else _python_call("sweep", exp, saved)
+    return execute(
+        dataclasses.replace(request, name=name, command=tuple(command)),
+        experiment=exp,
+        launch=Launch(
+            stream=out,
+            dry_run=dry_run or require_estimate,
+            require_estimate=require_estimate,
+            resume=resumable,
+            saved_request=saved,
+            ask_flag=ask_flag,
+            recorder=recorder,
+        ),
+    )
+
+
+def _tracking(given: str | TrackingURI | None) -> TrackingURI:
+    """The sweep's store as the session would resolve it (flag, MLFLOW_TRACKING_URI, default)."""
+    from tunetrain.tracking import resolve_tracking_uri
+
+    return given if isinstance(given, TrackingURI) else resolve_tracking_uri(given)
+
+
+def _python_call(function: str, experiment: Experiment, request: Mapping[str, Any] | None) -> list[str]:
+    """The ``tunetrain.command`` of a sweep started from Python: the call, as one word."""
+    target = request["experiment"] if request else getattr(experiment, "name", "?")
+    arguments = [repr(target)]
+    if request:
+        arguments += [f"{k}={v}" for k, v in request["fields"].items()]
+        if request["overrides"]:
+            arguments.append("overrides={" + ", ".join(f"{k!r}: {v}" for k, v in request["overrides"].items()) + "}")
+    return [f"tunetrain.{function}({', '.join(arguments)})"]
 
 
 class Session:
@@ -96,8 +181,10 @@ class Session:
 
     def locate(self) -> Where:
         """Where it runs: the store, the Ray and the storage, resolved and checked."""
-        self._where = _where(self.experiment, self.request, dry_run=self.launch.dry_run, recorder=self.launch.recorder)
-        _warn_beside_other_rays(self._where, self.launch.stream)
+        launch = self.launch
+        self._where = locate(
+            self.experiment, self.request, dry_run=launch.dry_run, recorder=launch.recorder, stream=launch.stream
+        )
         return self._where
 
     def make_plan(self) -> SweepPlan:
@@ -192,20 +279,6 @@ class Session:
         )
 
 
-def _warn_beside_other_rays(where: Where, stream: TextIO) -> None:
-    """An embedded Ray about to start beside another one (another sweep's): said, with the fix."""
-    from tunetrain import cluster
-
-    if where.address is None and (others := cluster.other_rays()):
-        print(
-            f"tunetrain: warning: another Ray runs on this machine ({', '.join(others)}; another sweep's embedded "
-            "Ray?), and this sweep starts one of its own beside it: each counts the machine's CPUs as its own. "
-            "To share one, start it with `tunetrain up` before the sweeps (docs/cluster.md).",
-            file=stream,
-            flush=True,
-        )
-
-
 def _run(plan: SweepPlan, where: Where, launch: Launch) -> SweepOutcome:
     """Ray connected (the store opened meanwhile) and the plan run: its SweepOutcome."""
     from tunetrain import cluster, tracking
@@ -237,62 +310,6 @@ def _run(plan: SweepPlan, where: Where, launch: Launch) -> SweepOutcome:
         recorder=launch.recorder or tracking.SweepRecorder,
         **({"view": launch.view} if launch.view is not None else {}),
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class Where:
-    """Where a sweep runs, resolved and checked before Ray starts."""
-
-    store: TrackingURI  # the tracking store, with where it came from
-    address: str | None  # the Ray cluster (None: an embedded Ray)
-    address_source: str  # where the address came from, for the line that names it
-    storage: str
-    nodes: list[Any]  # the cluster's nodes (this machine's, for an embedded Ray)
-
-    @property
-    def tracking_uri(self) -> str:
-        return self.store.uri
-
-
-def _where(
-    experiment: Experiment, request: SweepRequest, *, dry_run: bool, recorder: Callable[..., Any] | None
-) -> Where:
-    """The store and the cluster, as MLflow's and Ray's tools find them (flag, then
-    MLFLOW_TRACKING_URI / RAY_ADDRESS, then the embedded default), and the storage: a
-    server that does not answer, a store that would refuse the sweep's runs, a storage
-    that cannot be written, a cluster of several nodes without a shared storage are errors
-    now, before anything starts."""
-    from tunetrain import cluster, tracking
-
-    tracking_uri, storage = request.tracking_uri, request.storage
-    store = (
-        tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
-    )
-    tracking.check_reachable(store)
-    if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
-        tracking.check_writable(store, experiment.name)
-    address, address_source = cluster.resolve_address(request.address)
-    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
-    check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
-    # The process's own Ray is asked; an embedded Ray gets this machine's resources, so the
-    # plan is checked before Ray starts; a cluster is asked (connecting starts nothing).
-    if address is None:
-        return Where(store, address, address_source, storage, cluster.local_nodes())
-    if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
-        nodes = cluster.read_nodes(address)
-    else:
-        log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
-        cluster.connect(address, log_dir=log_dir)
-        nodes = cluster.cluster_nodes()
-    if len(nodes) > 1 and not storage_given:
-        raise ExperimentError(
-            f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
-            f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
-            "other nodes cannot see.",
-            fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
-            "see docs/cluster.md.",
-        )
-    return Where(store, address, address_source, storage, nodes)
 
 
 def _result(

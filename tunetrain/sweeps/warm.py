@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
+from tunetrain.redaction import redact
 
 if TYPE_CHECKING:
     from tunetrain.tracking import TrackingURI
@@ -131,3 +132,24 @@ def _no_values(metrics: dict[str, float], experiment: Experiment) -> str:
         if value is None or not math.isfinite(value):
             return f"no final finite {metric}"
     return ""
+
+
+def config_of(ref: str, *, tracking_uri: str | TrackingURI | None = None) -> dict[str, Any]:
+    """The config (flat: dotted keys) of a sweep's best trial (``ref``: its name or parent run
+    id) or of one trial (``ref``: its run id), as recorded in the tracking store."""
+    from tunetrain.results.analysis import existing_store, load_sweep, nested_config
+
+    try:
+        return spaces.flatten(load_sweep(ref, tracking_uri=tracking_uri).best_config())
+    except ExperimentError as not_a_sweep:
+        store = existing_store(tracking_uri)
+        try:
+            run = store.run(ref)
+        except ExperimentError:
+            raise ExperimentError(
+                f"--config-from {ref!r} is neither a sweep (name or parent run id) nor a trial's run id in "
+                f"{redact(store.tracking_uri)}.",
+                fix="Pass a sweep name from `tunetrain list` or a run id from `tunetrain show SWEEP --all-columns`, "
+                "and the store's --tracking-uri.",
+            ) from not_a_sweep
+        return spaces.flatten(nested_config(run.params))
