@@ -2,7 +2,8 @@
 
 - :mod:`~tunetrain.sweeps.request`: what was asked (the experiment, the changed fields, the
   overrides, where it runs), built once by the CLI or :func:`tunetrain.sweep`;
-- :mod:`~tunetrain.sweeps.session`: request -> plan -> dry run or run -> result;
+- :mod:`~tunetrain.sweeps.session`: the Session: request -> where -> plan -> dry run or run -> result;
+- :mod:`~tunetrain.sweeps.where`: the store, the Ray and the storage, resolved and checked;
 - :mod:`~tunetrain.sweeps.warm`: the earlier sweeps' trials a warm start hands the searcher;
 - :mod:`~tunetrain.sweeps.plan`: the experiment checked against the cluster, a SweepPlan;
 - :mod:`~tunetrain.sweeps.cost`: budget, cost estimate, consent before a costly sweep;
