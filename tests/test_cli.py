@@ -61,7 +61,7 @@ def test_dry_run_prints_the_resolved_plan(bare_workdir: Path) -> None:
     # Space, fixed values (with the override), algorithms, concurrency and destinations.
     assert "lr = float loguniform (0.0001, 0.3)" in out
     assert "batch_size = 32" in out
-    assert "Scheduler: asha" in out and "Searcher: optuna" in out
+    assert "Scheduler: asha" in out and "Searcher: async_bohb (auto: best measured with scheduler 'asha'" in out
     assert "Trials: 3, at most 2 at once" in out
     assert f"sqlite:///{bare_workdir.resolve() / 'mlflow.db'}" in out
 
