@@ -371,11 +371,7 @@ def existing_store(tracking_uri: str | TrackingURI | None) -> SweepStore:
     """The store ``tracking_uri`` names (None: ``MLFLOW_TRACKING_URI``, else ./mlflow.db; a
     :class:`TrackingURI` is one a sweep resolved already), which must exist: reading never
     creates one."""
-    found = (
-        tracking_uri
-        if isinstance(tracking_uri, TrackingURI)
-        else resolve_tracking_uri(tracking_uri, flag="tracking_uri")
-    )
+    found = resolve_tracking_uri(tracking_uri, flag="tracking_uri")
     check_existing(found)
     return SweepStore(found.uri)
 

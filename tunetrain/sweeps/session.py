@@ -21,7 +21,6 @@ from tunetrain.sweeps.cost.budget import parse_budget
 from tunetrain.sweeps.request import SweepRequest
 from tunetrain.sweeps.result import Status, SweepResult
 from tunetrain.sweeps.where import Where, locate
-from tunetrain.tracking.uri import TrackingURI
 
 if TYPE_CHECKING:
     from tunetrain.sweeps.plan import SweepPlan
@@ -69,11 +68,12 @@ def run_request(
     choice the sweep started with); the keywords are :func:`sweep`'s."""
     from tunetrain.sweeps import resumable as resuming
     from tunetrain.sweeps.warm import config_of
+    from tunetrain.tracking import resolve_tracking_uri
 
     out = stream or sys.stdout
     if (config_from := request.config_from) is not None:  # its config pinned once, the overrides winning
         # The store resolved once here, and handed down: the session does not resolve it again.
-        request = dataclasses.replace(request, tracking_uri=_tracking(request.tracking_uri))
+        request = dataclasses.replace(request, tracking_uri=resolve_tracking_uri(request.tracking_uri))
         pinned = config_of(config_from, tracking_uri=request.tracking_uri)
         request = dataclasses.replace(request, overrides={**pinned, **request.overrides}, config_from=None)
     exp = request.resolve()
@@ -117,13 +117,6 @@ def run_request(
             recorder=recorder,
         ),
     )
-
-
-def _tracking(given: str | TrackingURI | None) -> TrackingURI:
-    """The sweep's store as the session would resolve it (flag, MLFLOW_TRACKING_URI, default)."""
-    from tunetrain.tracking import resolve_tracking_uri
-
-    return given if isinstance(given, TrackingURI) else resolve_tracking_uri(given)
 
 
 def _python_call(function: str, experiment: Experiment, request: Mapping[str, Any] | None) -> list[str]:

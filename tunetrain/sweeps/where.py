@@ -53,9 +53,7 @@ def _where(
     from tunetrain import cluster, tracking
 
     tracking_uri, storage = request.tracking_uri, request.storage
-    store = (
-        tracking_uri if isinstance(tracking_uri, tracking.TrackingURI) else tracking.resolve_tracking_uri(tracking_uri)
-    )
+    store = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_reachable(store)
     if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
         tracking.check_writable(store, experiment.name)

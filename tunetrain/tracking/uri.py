@@ -42,9 +42,12 @@ class TrackingURI:
         return sqlite_path(self.uri)
 
 
-def resolve_tracking_uri(given: str | None, *, flag: str = "--tracking-uri") -> TrackingURI:
+def resolve_tracking_uri(given: str | TrackingURI | None, *, flag: str = "--tracking-uri") -> TrackingURI:
     """``given`` (what ``flag`` said), else ``MLFLOW_TRACKING_URI``, else ``./mlflow.db``; an
-    unknown scheme is bad input."""
+    unknown scheme is bad input. A :class:`TrackingURI` is one resolved already (a sweep
+    resolves its store once and hands it down): returned as it is."""
+    if isinstance(given, TrackingURI):
+        return given
     if given:
         found = TrackingURI(given, flag)
     elif os.environ.get(ENV):
