@@ -78,7 +78,7 @@ def test_live_view_logs_a_few_lines_for_a_long_sweep_and_always_the_final_state(
 
 def test_summary_ranks_trials_and_groups_errors() -> None:
     outcome = SweepOutcome(
-        sweep_name="s",
+        name="s",
         sweep_id="id",
         metric="acc",
         mode="max",
@@ -107,7 +107,7 @@ def test_summary_table_shows_the_searched_values_and_the_fixed_ones_once() -> No
     for trial in trials:
         trial.config.update({"model": "tiny", "train": {"steps": 100, "clip": 1.0}})
     outcome = SweepOutcome(
-        sweep_name="s",
+        name="s",
         sweep_id="id",
         metric="loss",
         mode="min",

@@ -199,7 +199,7 @@ def against_baseline(
 class SweepOutcome:
     """What a finished (or interrupted) sweep hands back to the CLI."""
 
-    sweep_name: str
+    name: str  # the sweep's name: its folder under the storage, the parent run's name
     sweep_id: str
     metric: str
     mode: str

@@ -121,7 +121,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     counts: Counter[str] = Counter(t.status for t in outcome.trials)
     state = "interrupted" if outcome.interrupted else "finished"
     lines.append(
-        f"Sweep {outcome.sweep_name} {state}: {len(outcome.trials)} trials ("
+        f"Sweep {outcome.name} {state}: {len(outcome.trials)} trials ("
         + ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in _ORDER if counts[s])
         + ")"
     )
@@ -129,7 +129,7 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
         lines.append(f"Stopped launching trials: {outcome.stop_reason}.")
     if outcome.interrupted and outcome.storage_path:
         storage = outcome.storage_path.rsplit("/", 1)[0]  # a URI keeps its "//" (Path would not)
-        lines.append(f"Resume it (ended trials stay ended): {sweep_command('resume', outcome.sweep_name, storage)}")
+        lines.append(f"Resume it (ended trials stay ended): {sweep_command('resume', outcome.name, storage)}")
     ranked = rank_trials(outcome.trials, outcome.mode)
     if ranked:
         shown = ranked[:top_k]

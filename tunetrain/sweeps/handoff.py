@@ -179,7 +179,7 @@ def register_at_end(
         return None
     except Exception as exc:  # the registry is a convenience: say why and go on
         print(
-            f"Model not registered ({type(exc).__name__}: {exc}); retry: tunetrain register {outcome.sweep_name}",
+            f"Model not registered ({type(exc).__name__}: {exc}); retry: tunetrain register {outcome.name}",
             file=stream,
             flush=True,
         )

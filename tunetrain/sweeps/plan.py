@@ -48,7 +48,7 @@ class SweepPlan:
     """A sweep resolved and checked against the cluster, before anything runs."""
 
     experiment: Experiment
-    sweep_name: str
+    name: str  # the sweep's name: its folder under the storage
     sweep_id: str
     root_seed: int
     tracking_uri: str
@@ -101,14 +101,14 @@ class SweepPlan:
     @property
     def sweep_dir(self) -> str:
         """Where Tune keeps the sweep's state and trials (and tunetrain its journal)."""
-        return f"{self.storage_path}/{self.sweep_name}"
+        return f"{self.storage_path}/{self.name}"
 
     @property
     def local_dir(self) -> Path:
         """The driver's folder of the sweep: its journal, driver log and report. The sweep
         folder on local storage, else ./tunetrain_journals/NAME (the driver writes them, so
         they need a local disk), where resume and sync look for them."""
-        return local_dir(self.storage_path, self.sweep_name).absolute()
+        return local_dir(self.storage_path, self.name).absolute()
 
     @property
     def journal_path(self) -> Path:
@@ -132,7 +132,7 @@ def plan_sweep(
     tracking_uri: str,
     storage_path: str,
     address: str | None,
-    sweep_name: str | None = None,
+    name: str | None = None,
     argv: list[str] | str | None = None,
     request: dict[str, Any] | None = None,
     trial_seeds: tuple[int, ...] = (),
@@ -187,7 +187,7 @@ def plan_sweep(
         points=searcher_points(baseline),
         evaluated=list(warm_points),
     )
-    name = sweep_name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    name = name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if (problem := name_problem(name)) is not None:  # the sweep's folder under the storage, in every command
         raise ExperimentError(
             f"The sweep name (--name, or name= in Python) is its folder under the storage: {problem}.",
@@ -195,7 +195,7 @@ def plan_sweep(
         )
     return SweepPlan(
         experiment=experiment.replace(searcher=searcher, seed=root_seed),
-        sweep_name=name,
+        name=name,
         sweep_id=uuid.uuid4().hex[:12],
         root_seed=root_seed,
         tracking_uri=tracking_uri,
@@ -279,7 +279,7 @@ _RUNNER_TEXT = {
 def describe_plan(plan: SweepPlan) -> str:
     """The --dry-run text: everything the sweep would do, nothing started."""
     exp = plan.experiment
-    lines = [f"Sweep {plan.sweep_name} of experiment {exp.name!r} ({exp.source_path})"]
+    lines = [f"Sweep {plan.name} of experiment {exp.name!r} ({exp.source_path})"]
     lines.append("Search space:")
     for key, value in spaces.iter_leaves(exp.space):
         lines.append(f"  {key} = {spaces.describe(value)}")
@@ -313,7 +313,7 @@ def describe_plan(plan: SweepPlan) -> str:
         f"Checkpoints: keep {exp.checkpoint.num_to_keep}, ranked by "
         f"{exp.checkpoint.score_attribute or exp.primary_metric} ({exp.checkpoint.score_order or exp.primary_mode})",
         f"MLflow: {redact(plan.tracking_uri)} (experiment {exp.name!r})",
-        f"Trial storage: {plan.storage_path}/{plan.sweep_name}",
+        f"Trial storage: {plan.storage_path}/{plan.name}",
     ]
     return "\n".join(lines)
 
@@ -324,7 +324,7 @@ def sweep_facts(plan: SweepPlan) -> SweepFacts:
     asha = asha_rungs(exp)
     return SweepFacts(
         sweep_id=plan.sweep_id,
-        sweep_name=plan.sweep_name,
+        name=plan.name,
         experiment_file=exp.source_path or "",
         experiment_sha256=file_sha256(exp.source_path) if exp.source_path else "",
         scheduler=exp.scheduler,

@@ -30,7 +30,7 @@ class SweepResult:
     stay in the journal) or ``"dry_run"`` (nothing ran).
     """
 
-    name: str  # the sweep's name (its folder under the storage; plan.sweep_name)
+    name: str  # the sweep's name (its folder under the storage; plan.name)
     status: Status
     metric: str
     mode: str

@@ -145,7 +145,7 @@ def run_sweep(
         live.update(records, force=True)
         live.close()
         outcome = SweepOutcome(
-            sweep_name=plan.sweep_name,
+            name=plan.name,
             sweep_id=plan.sweep_id,
             metric=exp.primary_metric,
             mode=exp.primary_mode,
@@ -158,7 +158,7 @@ def run_sweep(
             bad_input_fix=stopper.bad_input_fix,
             interrupted=interrupted and stopper.bad_input is None,
             log_path=str(log_dir),
-            storage_path=f"{plan.storage_path}/{plan.sweep_name}",
+            storage_path=f"{plan.storage_path}/{plan.name}",
             stop_reason=gate.reason if gate is not None and gate.refused else "",
             searched=spaces.free_dimensions(exp.space),
             **_early_stopping(exp, records),
@@ -211,7 +211,7 @@ def _open_record(
         error_stream=stream,
         journal=plan.journal_path,
         header={
-            "sweep_name": plan.sweep_name,
+            "sweep_name": plan.name,
             "sweep_id": plan.sweep_id,
             "command": plan.command,
             "cwd": os.getcwd(),
@@ -287,7 +287,7 @@ def _tuner(
         reuse_actors=exp.reuses_trial_process,
     )
     run_config = tune.RunConfig(
-        name=plan.sweep_name,
+        name=plan.name,
         storage_path=plan.storage_path,
         stop=stopper,
         callbacks=[callback, TrainGroupCleanup()],
@@ -400,7 +400,7 @@ def _close_record(plan: SweepPlan, outcome: SweepOutcome, opened: _Opened, *, cr
             f"tunetrain: {recorder.unsent} record(s) did not reach the MLflow store at "
             f"{redact(plan.tracking_uri)}; "
             f"they are kept in {plan.journal_path}.\n  Write them when it is back: "
-            f"{sweep_command('sync', plan.sweep_name, plan.storage_path)}",
+            f"{sweep_command('sync', plan.name, plan.storage_path)}",
             file=stream,
         )
     outcome.record_errors, outcome.record_error = recorder.error_count, recorder.first_error

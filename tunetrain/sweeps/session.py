@@ -200,7 +200,7 @@ class Session:
             tracking_uri=where.tracking_uri,
             storage_path=where.storage,
             address=where.address,
-            sweep_name=self.request.name,
+            name=self.request.name,
             argv=list(self.request.command) if self.request.command is not None else None,
             trial_seeds=launch.trial_seeds,
             initial_checkpoint=launch.initial_checkpoint,
@@ -223,7 +223,7 @@ class Session:
         plan = self.plan
         _dry_run(plan, require_estimate=self.launch.require_estimate, stream=self.launch.stream)
         return SweepResult(
-            name=plan.sweep_name,
+            name=plan.name,
             status="dry_run",
             metric=self.experiment.primary_metric,
             mode=self.experiment.primary_mode,
@@ -249,7 +249,7 @@ class Session:
         """Ray connected (the store opened meanwhile) and the plan run through Ray Tune."""
         plan, experiment = self.plan, self.experiment
         print(
-            f"Sweep {plan.sweep_name}: {experiment.total_trials} trials"
+            f"Sweep {plan.name}: {experiment.total_trials} trials"
             + (" and a baseline" if plan.baseline is not None else "")
             + f", at most {plan.max_concurrent} at once, "
             f"metric {experiment.primary_metric} ({experiment.primary_mode}); {self.where.store.line()}",
@@ -325,7 +325,7 @@ def _result(
 
         registered = register_at_end(outcome, plan.experiment, tracking_uri=tracking_uri, stream=stream, alias=alias)
     return SweepResult(
-        name=plan.sweep_name,
+        name=plan.name,
         status=status,
         metric=outcome.metric,
         mode=outcome.mode,
@@ -347,7 +347,7 @@ def _status(plan: SweepPlan, outcome: SweepOutcome, stream: TextIO) -> Status:
             f"\ntunetrain: error: the MLflow store at {redact(outcome.tracking_uri)} refused {outcome.record_errors} "
             f"record(s); the first: {outcome.record_error}\n  The sweep's record is incomplete; what was refused "
             f"is kept in {plan.journal_path}: fix the cause, then write it with "
-            f"`{sweep_command('sync', plan.sweep_name, plan.storage_path)}`.",
+            f"`{sweep_command('sync', plan.name, plan.storage_path)}`.",
             file=stream,
         )
         return "not_recorded"

@@ -29,7 +29,7 @@ class SweepFacts:
     """What a sweep's parent run says of it: its settings, code and cluster, as the plan has them."""
 
     sweep_id: str
-    sweep_name: str
+    name: str  # the sweep's name
     experiment_file: str  # "" for an Experiment no file defines
     experiment_sha256: str
     scheduler: str
@@ -71,7 +71,7 @@ def sweep_params_tags(facts: SweepFacts) -> tuple[dict[str, Any], dict[str, Any]
     metric, mode = facts.objectives[0]
     tags: dict[str, Any] = {
         schema.SWEEP_ID_TAG: facts.sweep_id,
-        schema.SWEEP_NAME_TAG: facts.sweep_name,
+        schema.SWEEP_NAME_TAG: facts.name,
         schema.EXPERIMENT_FILE_TAG: facts.experiment_file,
         schema.EXPERIMENT_SHA256_TAG: facts.experiment_sha256,
         schema.SCHEDULER_TAG: facts.scheduler,
@@ -260,7 +260,7 @@ class SweepLog:
         """The parent run, with the experiment file and, when its git tree is dirty, the diff."""
         params, tags = sweep_params_tags(facts)
         self.provenance = trial_provenance(tags)
-        parent = self.recorder.start_sweep(run_name=facts.sweep_name, params=params, tags=tags, sweep_id=facts.sweep_id)
+        parent = self.recorder.start_sweep(run_name=facts.name, params=params, tags=tags, sweep_id=facts.sweep_id)
         if parent is None and self.recorder.error_count:  # refused: the caller ends here
             return None
         if facts.experiment_file:
