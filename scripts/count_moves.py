@@ -24,10 +24,10 @@ from typing import Any
 LAYERS = ("api", "cli", "sweeps", "cluster", "console", "serving", "results", "algorithms", "trial", "tracking")
 
 
-def count(file: str, *, modules: bool) -> tuple[list[tuple[str, bool]], int]:
+def count(file: str, *, modules: bool) -> tuple[list[tuple[str, bool, str]], int]:
     import tunetrain
 
-    moves: list[tuple[str, bool]] = []
+    moves: list[tuple[str, bool, str]] = []  # (place, a move back, the function entered)
     stack: list[str | None] = []
     left: set[str] = set()
 
@@ -42,7 +42,7 @@ def count(file: str, *, modules: bool) -> tuple[list[tuple[str, bool]], int]:
             here = next((p for p in reversed(stack) if p), None)
             entered = place(frame)
             if entered and entered != here:
-                moves.append((entered, entered in left and entered not in stack))
+                moves.append((entered, entered in left and entered not in stack, frame.f_code.co_name))
             stack.append(entered)
         elif event == "return" and stack:
             gone = stack.pop()
@@ -55,7 +55,7 @@ def count(file: str, *, modules: bool) -> tuple[list[tuple[str, bool]], int]:
         tunetrain.sweep(file, dry_run=True, stream=io.StringIO())
     finally:
         sys.setprofile(None)
-    return moves, len({p for p, _ in moves})
+    return moves, len({p for p, _, _ in moves})
 
 
 def main() -> None:
@@ -67,9 +67,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)
         moves, places = count(file, modules=args.modules)
-    for entered, back in moves:
-        print(("back  " if back else "      ") + entered)
-    print(f"{len(moves)} moves between {places} places, {sum(back for _, back in moves)} of them back")
+    for entered, back, function in moves:
+        print(("back  " if back else "      ") + f"{entered}.{function}")
+    print(f"{len(moves)} moves between {places} places, {sum(back for _, back, _ in moves)} of them back")
 
 
 if __name__ == "__main__":

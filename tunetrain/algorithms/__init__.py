@@ -7,6 +7,7 @@ exploits happened), never a decision of their own; the sweep's policy acts throu
 (before a launch: the budget; a trial left alone: the baseline).
 """
 
+from tunetrain.algorithms._choice import ChosenAlgorithms, choose_algorithms
 from tunetrain.algorithms._hyperopt_search import hyperopt_space
 from tunetrain.algorithms._optuna_search import DefineByRunOptunaSearch, optuna_define_by_run
 from tunetrain.algorithms._pairing import OPTUNA_SAMPLERS, check_pairing, searcher_owns_space
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_T",
     "OPTUNA_SAMPLERS",
     "TPE_SEARCHERS",
+    "ChosenAlgorithms",
     "DefineByRunOptunaSearch",
     "FidelityTPESearch",
     "RecordingASHA",
@@ -48,6 +50,7 @@ __all__ = [
     "build_scheduler",
     "build_searcher",
     "check_pairing",
+    "choose_algorithms",
     "hyperopt_space",
     "optuna_define_by_run",
     "pbt_mutations",

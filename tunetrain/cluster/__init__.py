@@ -5,6 +5,7 @@ Ray's own output goes to log files, not to the console."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -71,6 +72,30 @@ def resolve_address(given: str | None, *, flag: str = "--address") -> tuple[str 
     # "No shared Ray", not "no Ray": another sweep's embedded Ray may run here (never joined,
     # and warned of before this line: the two must not contradict each other).
     return None, f"no {flag}, {ADDRESS_ENV} not set, no shared Ray on this machine (`tunetrain up` starts one)"
+
+
+@dataclasses.dataclass(frozen=True)
+class FoundCluster:
+    """The Ray a sweep will use, found before it starts."""
+
+    address: str | None  # None: an embedded Ray (or the one this process already uses)
+    source: str  # where the address came from, for the line that names it
+    nodes: list[dict[str, float]]  # its nodes' resources (this machine's, for an embedded Ray)
+    others: list[str]  # other Rays on this machine that an embedded Ray would run beside
+
+
+def find_cluster(given: str | None, *, dry_run: bool, log_dir: Path) -> FoundCluster:
+    """The Ray ``given`` (the --address) names, as :func:`resolve_address` finds it, and its
+    nodes. An embedded Ray gets this machine's resources, so nothing starts here; a cluster
+    is asked: read only for a dry run (no driver, no log), else connected to (its driver's
+    log under ``log_dir``)."""
+    address, source = resolve_address(given)
+    if address is None:
+        return FoundCluster(address, source, local_nodes(), other_rays())
+    if dry_run:
+        return FoundCluster(address, source, read_nodes(address), [])
+    connect(address, log_dir=log_dir)
+    return FoundCluster(address, source, cluster_nodes(), [])
 
 
 def user_ray_dir() -> Path:

@@ -14,15 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetrain import space as spaces
-from tunetrain.algorithms import (
-    asha_rungs,
-    build_scheduler,
-    build_searcher,
-    check_pairing,
-    resolve_searcher,
-    searcher_live_limit,
-    searcher_owns_space,
-)
+from tunetrain.algorithms import asha_rungs, choose_algorithms, searcher_owns_space
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment, file_sha256
 from tunetrain.records import name_problem
@@ -33,14 +25,7 @@ from tunetrain.storage import Storage
 from tunetrain.sweeps.cost.budget import Budget
 from tunetrain.sweeps.policy import budget_gate
 from tunetrain.sweeps.resumable import local_dir
-from tunetrain.tracking import (
-    JOURNAL_NAME,
-    SweepFacts,
-    metric_key_problem,
-    param_value_problem,
-    suggested_metric_key,
-    trial_shape,
-)
+from tunetrain.tracking import JOURNAL_NAME, SweepFacts, check_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +67,13 @@ class SweepPlan:
     warm_sources: tuple[str, ...] = ()
     # Why the sweep uses its searcher ("as configured", or searcher="auto"'s reason).
     searcher_note: str = "as configured"
+    # What the scheduler's layout says of the stop rule (algorithms.budget_warning); None: nothing.
+    scheduler_warning: str | None = None
+
+    @property
+    def workers(self) -> str:
+        """Workers per trial as recorded (and as smoke runs are matched): ``2``, or ``1-4``."""
+        return _workers_text(self.experiment)
 
     @property
     def total_trials(self) -> int:
@@ -142,7 +134,7 @@ def plan_sweep(
     warm_sources: Sequence[str] = (),
 ) -> SweepPlan:
     """Resolve defaults and check the experiment against the cluster; raises ExperimentError."""
-    check_params(experiment)
+    check_params(experiment.space, experiment.defaults)  # as MLflow will take them
     worker = experiment.worker_resources
     if experiment.use_gpu and not any(node.get("GPU", 0) > 0 for node in nodes):
         raise ExperimentError(
@@ -170,23 +162,16 @@ def plan_sweep(
         )
     total = experiment.total_trials + (1 if baseline is not None else 0)
     max_concurrent = min(experiment.max_concurrent or fits, total)  # grid points included
-    searcher, searcher_note = resolve_searcher(experiment)
-    if not free and searcher in ("optuna", "async_bohb", "hyperopt"):
-        # Every dimension is pinned: there is nothing for a model-based searcher to learn.
-        searcher, searcher_note = "random", "every dimension is pinned"
-    check_pairing(experiment.replace(searcher=searcher))
     root_seed = experiment.seed if experiment.seed is not None else draw_root_seed()
-    # Build the scheduler, searcher and budget gate once now, so that bad options fail before
-    # anything starts.
-    live_limit = searcher_live_limit(build_scheduler(experiment), max_concurrent)
-    budget_gate(experiment, budget)
-    build_searcher(
-        experiment.replace(searcher=searcher),
+    chosen = choose_algorithms(
+        experiment,
+        searched=bool(free),
+        max_concurrent=max_concurrent,
         seed=root_seed,
-        max_concurrent=live_limit,
         points=searcher_points(baseline),
-        evaluated=list(warm_points),
+        evaluated=warm_points,
     )
+    budget_gate(experiment, budget)  # built once now too: a bad budget fails before anything starts
     name = name or f"{experiment.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if (problem := name_problem(name)) is not None:  # the sweep's folder under the storage, in every command
         raise ExperimentError(
@@ -194,7 +179,7 @@ def plan_sweep(
             fix="Pass such a name, e.g. --name my_sweep_2 (no '/', no '..').",
         )
     return SweepPlan(
-        experiment=experiment.replace(searcher=searcher, seed=root_seed),
+        experiment=experiment.replace(searcher=chosen.searcher, seed=root_seed),
         name=name,
         sweep_id=uuid.uuid4().hex[:12],
         root_seed=root_seed,
@@ -202,7 +187,7 @@ def plan_sweep(
         storage_path=Storage(storage_path).resolved(),
         address=address,
         max_concurrent=max_concurrent,
-        searcher_live_limit=live_limit,
+        searcher_live_limit=chosen.live_limit,
         nodes=nodes,
         # As recorded (tunetrain.command, the journal): without credentials.
         command=redact(argv if isinstance(argv, str) else shlex.join(argv if argv is not None else sys.argv)),
@@ -214,31 +199,9 @@ def plan_sweep(
         baseline_note=baseline_note,
         warm_points=tuple(warm_points),
         warm_sources=tuple(warm_sources),
-        searcher_note=searcher_note,
+        searcher_note=chosen.searcher_note,
+        scheduler_warning=chosen.warning,
     )
-
-
-def check_params(experiment: Experiment) -> None:
-    """Each value a trial can get is a param the store takes whole: its name by MLflow's
-    rule (the one for metric names), every value it can take (each choice, each grid point,
-    a fixed value) within MLflow's length; refused now, before Ray starts, rather than cut
-    or refused once trials have run."""
-    for field, mapping in (("space", experiment.space), ("defaults", experiment.defaults)):
-        for key, value in spaces.iter_leaves(mapping):
-            said = f"Experiment.{field} key {key!r} is recorded as an MLflow param of each trial, but"
-            if (problem := metric_key_problem(key)) is not None:
-                raise ExperimentError(
-                    f"{said} MLflow refuses {key!r} as a param name: {problem}",
-                    fix=f"Rename it (for example {suggested_metric_key(key)!r}).",
-                )
-            options = spaces.options(value)
-            for option in options if options is not None else ([] if spaces.is_domain(value) else [value]):
-                if (problem := param_value_problem(option)) is not None:
-                    raise ExperimentError(
-                        f"{said} {problem}.",
-                        fix=f"Keep long values out of the config: give {key!r} a short name or a file path and "
-                        "read the long value in the train loop.",
-                    )
 
 
 def _baseline(experiment: Experiment, free: list[str]) -> tuple[dict[str, Any] | None, str]:
@@ -335,7 +298,7 @@ def sweep_facts(plan: SweepPlan) -> SweepFacts:
         root_seed=plan.root_seed,
         deterministic=exp.deterministic,
         budget=plan.budget.text if plan.budget else None,
-        workers=_workers_text(exp),
+        workers=plan.workers,
         runner=exp.runner,
         max_concurrent=plan.max_concurrent,
         sweep_dir=plan.sweep_dir,
@@ -350,12 +313,6 @@ def sweep_facts(plan: SweepPlan) -> SweepFacts:
         baseline=plan.baseline,
         asha_rungs=(tuple(asha[0]), asha[1]) if asha is not None else None,
     )
-
-
-def experiment_shape(experiment: Experiment) -> dict[str, str]:
-    """How a trial runs (workers, runner), as tracking matches smoke runs: a smoke run's
-    timings price only sweeps of the same shape."""
-    return trial_shape(workers=_workers_text(experiment), runner=experiment.runner)
 
 
 def _trials_text(experiment: Experiment) -> str:

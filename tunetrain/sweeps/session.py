@@ -183,7 +183,6 @@ class Session:
     def make_plan(self) -> SweepPlan:
         """The plan: the experiment checked against the cluster, the warm start read, a
         resume's changes refused; the budget warning and the experiment's preflight."""
-        from tunetrain.algorithms import budget_warning
         from tunetrain.sweeps.plan import plan_sweep
 
         experiment, where, launch, stream = self.experiment, self.where, self.launch, self.launch.stream
@@ -211,8 +210,8 @@ class Session:
         )
         if launch.resume is not None:
             plan = _resumed_plan(plan, launch.resume)
-        if (warning := budget_warning(plan.experiment)) is not None:
-            print(f"tunetrain: warning: {warning}", file=stream, flush=True)
+        if plan.scheduler_warning is not None:
+            print(f"tunetrain: warning: {plan.scheduler_warning}", file=stream, flush=True)
         if experiment.preflight is not None:  # a dry run too: it says whether the sweep would start
             experiment.preflight(spaces.merge({}, experiment.defaults))  # a copy: preflight cannot change it
         self._plan = plan
@@ -366,17 +365,16 @@ def _dry_run(plan: SweepPlan, *, require_estimate: bool, stream: TextIO) -> None
     """The plan, and its cost from the newest smoke run of the same trial shape."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import estimate
-    from tunetrain.sweeps.plan import describe_plan, experiment_shape
+    from tunetrain.sweeps.plan import describe_plan
 
     experiment = plan.experiment
     print(describe_plan(plan), file=stream)
-    shape = experiment_shape(experiment)
-    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=shape)
-    unfit = ""
-    if smoke is None and (other := tracking.latest_smoke_timings(plan.tracking_uri, experiment.name)) is not None:
+    found = tracking.smoke_timings(plan.tracking_uri, experiment.name, workers=plan.workers, runner=experiment.runner)
+    smoke, unfit = found.timings, ""
+    if (other := found.other) is not None:
         unfit = (
             f"The newest smoke run, {other.sweep}, ran {other.shape_text()}, and this sweep runs "
-            f"{tracking.describe_shape(shape)}: its start-up and step times do not apply."
+            f"{found.shape_text}: its start-up and step times do not apply."
         )
     text = estimate.describe(
         experiment, max_concurrent=plan.max_concurrent, smoke=smoke, unfit=unfit, trials=plan.total_trials
@@ -385,7 +383,7 @@ def _dry_run(plan: SweepPlan, *, require_estimate: bool, stream: TextIO) -> None
     if require_estimate and smoke is None:
         raise ExperimentError(
             f"--estimate needs the timings of a smoke run of {experiment.name!r} with "
-            f"{tracking.describe_shape(shape)}, and the store {redact(plan.tracking_uri)} has none. {unfit}".rstrip(),
+            f"{found.shape_text}, and the store {redact(plan.tracking_uri)} has none. {unfit}".rstrip(),
             fix="Run `tunetrain sweep FILE --smoke` first with the sweep's --workers-per-trial and "
             "--trial-runner (same --tracking-uri).",
         )
@@ -396,14 +394,14 @@ def _consent(plan: SweepPlan, *, ask_above: str | None, ask_flag: str, yes: bool
     threshold (:mod:`tunetrain.sweeps.cost.consent`); what is recorded on the parent run."""
     from tunetrain import tracking
     from tunetrain.sweeps.cost import consent, estimate
-    from tunetrain.sweeps.plan import experiment_shape
 
     experiment = plan.experiment
     gpus = experiment.max_workers * experiment.worker_resources.get("GPU", 0.0)
     limit = consent.threshold(ask_above, gpus_per_trial=gpus, flag=ask_flag)
     if limit is None:
         return ""
-    smoke = tracking.latest_smoke_timings(plan.tracking_uri, experiment.name, shape=experiment_shape(experiment))
+    found = tracking.smoke_timings(plan.tracking_uri, experiment.name, workers=plan.workers, runner=experiment.runner)
+    smoke = found.timings
     expected = None
     if smoke is not None:
         expected = estimate.estimate(

@@ -36,6 +36,7 @@ class Where:
     address_source: str  # where the address came from, for the line that names it
     storage: str
     nodes: list[Any]  # the cluster's nodes (this machine's, for an embedded Ray)
+    others: list[str] = dataclasses.field(default_factory=list)  # Rays an embedded one would run beside
 
     @property
     def tracking_uri(self) -> str:
@@ -52,25 +53,15 @@ def _where(
     now, before anything starts."""
     from tunetrain import cluster, tracking
 
-    tracking_uri, storage = request.tracking_uri, request.storage
-    store = tracking.resolve_tracking_uri(tracking_uri)
-    tracking.check_reachable(store)
-    if recorder is None:  # the store must take the sweep's runs: refused now, not after Ray started
-        tracking.check_writable(store, experiment.name)
-    address, address_source = cluster.resolve_address(request.address)
-    storage_given, storage = storage is not None, storage or DEFAULT_STORAGE
+    # The store must take the sweep's runs (unless a recorder of the caller's takes them).
+    records_to = experiment.name if recorder is None else None
+    store = tracking.store_for_sweep(request.tracking_uri, experiment_name=records_to)
+    storage_given, storage = request.storage is not None, request.storage or DEFAULT_STORAGE
     check_storage(storage)  # writable, with room: refused now, not when the disk fills mid-sweep
-    # The process's own Ray is asked; an embedded Ray gets this machine's resources, so the
-    # plan is checked before Ray starts; a cluster is asked (connecting starts nothing).
-    if address is None:
-        return Where(store, address, address_source, storage, cluster.local_nodes())
-    if dry_run:  # read, not connected to: a dry run starts no driver and writes no log
-        nodes = cluster.read_nodes(address)
-    else:
-        log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
-        cluster.connect(address, log_dir=log_dir)
-        nodes = cluster.cluster_nodes()
-    if len(nodes) > 1 and not storage_given:
+    log_dir = Path(DEFAULT_STORAGE if Storage(storage).is_uri else storage).resolve() / "logs"
+    found = cluster.find_cluster(request.address, dry_run=dry_run, log_dir=log_dir)
+    address, nodes = found.address, found.nodes
+    if address is not None and len(nodes) > 1 and not storage_given:
         raise ExperimentError(
             f"The cluster at {address} has {len(nodes)} nodes, and no --storage was given: trial "
             f"checkpoints and sweep state would go to ./{DEFAULT_STORAGE} on this machine only, which the "
@@ -78,18 +69,16 @@ def _where(
             fix="Pass --storage: a path on a filesystem every node shares, or a URI (s3://bucket/path); "
             "see docs/cluster.md.",
         )
-    return Where(store, address, address_source, storage, nodes)
+    return Where(store, address, found.source, storage, nodes, found.others)
 
 
 def _warn_beside_other_rays(where: Where, stream: TextIO) -> None:
     """An embedded Ray about to start beside another one (another sweep's): said, with the fix."""
-    from tunetrain import cluster
-
-    if where.address is None and (others := cluster.other_rays()):
+    if where.others:
         print(
-            f"tunetrain: warning: another Ray runs on this machine ({', '.join(others)}; another sweep's embedded "
-            "Ray?), and this sweep starts one of its own beside it: each counts the machine's CPUs as its own. "
-            "To share one, start it with `tunetrain up` before the sweeps (docs/cluster.md).",
+            f"tunetrain: warning: another Ray runs on this machine ({', '.join(where.others)}; another sweep's "
+            "embedded Ray?), and this sweep starts one of its own beside it: each counts the machine's CPUs as its "
+            "own. To share one, start it with `tunetrain up` before the sweeps (docs/cluster.md).",
             file=stream,
             flush=True,
         )

@@ -21,20 +21,21 @@ and the rest are counted.
 """
 
 from tunetrain.tracking import schema
-from tunetrain.tracking._rules import metric_key_problem, param_value_problem, suggested_metric_key
+from tunetrain.tracking._rules import check_params, metric_key_problem, param_value_problem, suggested_metric_key
 from tunetrain.tracking.journal import JOURNAL_NAME, Journal, JournalState
 from tunetrain.tracking.recorder import SweepRecorder
 from tunetrain.tracking.recording import NullRecorder, Recorder
 from tunetrain.tracking.registry import RegisteredVersion, register_version
 from tunetrain.tracking.store import (
     RunRecord,
+    SmokeLookup,
     SmokeTimings,
     SweepStore,
     check_store,
     default_tracking_uri,
-    describe_shape,
-    latest_smoke_timings,
     open_in_background,
+    smoke_timings,
+    trial_shape,
 )
 from tunetrain.tracking.sweep_log import (
     StartedSweep,
@@ -42,7 +43,6 @@ from tunetrain.tracking.sweep_log import (
     SweepLog,
     records_from_journal,
     started_sweep,
-    trial_shape,
 )
 from tunetrain.tracking.ui import (
     free_port,
@@ -57,9 +57,8 @@ from tunetrain.tracking.uri import (
     TrackingURI,
     artifact_location,
     check_existing,
-    check_reachable,
-    check_writable,
     resolve_tracking_uri,
+    store_for_sweep,
 )
 
 __all__ = [
@@ -70,6 +69,7 @@ __all__ = [
     "Recorder",
     "RegisteredVersion",
     "RunRecord",
+    "SmokeLookup",
     "SmokeTimings",
     "StartedSweep",
     "SweepFacts",
@@ -79,13 +79,10 @@ __all__ = [
     "TrackingURI",
     "artifact_location",
     "check_existing",
-    "check_reachable",
+    "check_params",
     "check_store",
-    "check_writable",
     "default_tracking_uri",
-    "describe_shape",
     "free_port",
-    "latest_smoke_timings",
     "metric_key_problem",
     "open_in_background",
     "param_value_problem",
@@ -95,9 +92,11 @@ __all__ = [
     "report_page",
     "resolve_tracking_uri",
     "schema",
+    "smoke_timings",
     "start_ui_server",
     "started_sweep",
     "stop_ui_server",
+    "store_for_sweep",
     "suggested_metric_key",
     "sweep_view",
     "trial_shape",

@@ -5,8 +5,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from tunetrain import space as spaces
+from tunetrain.errors import ExperimentError
 
 # Metric points wait at most this long to go out together in one log_batch call (a
 # trial's end, flush() and close() write them at once).
@@ -80,6 +84,29 @@ def suggested_metric_key(key: str) -> str:
     name = re.sub(r"[^\w.\- :/]", "_", key)
     name = "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
     return name[:250] or "metric"
+
+
+def check_params(space: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Each value a trial can get is a param the store takes whole: its name by MLflow's
+    rule (the one for metric names), every value it can take (each choice, each grid point,
+    a fixed value) within MLflow's length; refused before Ray starts (ExperimentError),
+    rather than cut or refused once trials have run."""
+    for field, mapping in (("space", space), ("defaults", defaults)):
+        for key, value in spaces.iter_leaves(mapping):
+            said = f"Experiment.{field} key {key!r} is recorded as an MLflow param of each trial, but"
+            if (problem := metric_key_problem(key)) is not None:
+                raise ExperimentError(
+                    f"{said} MLflow refuses {key!r} as a param name: {problem}",
+                    fix=f"Rename it (for example {suggested_metric_key(key)!r}).",
+                )
+            options = spaces.options(value)
+            for option in options if options is not None else ([] if spaces.is_domain(value) else [value]):
+                if (problem := param_value_problem(option)) is not None:
+                    raise ExperimentError(
+                        f"{said} {problem}.",
+                        fix=f"Keep long values out of the config: give {key!r} a short name or a file path and "
+                        "read the long value in the train loop.",
+                    )
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -102,6 +102,30 @@ def describe_shape(shape: Mapping[str, str]) -> str:
     return f"{workers} worker(s) per trial ({shape.get(TRIAL_RUNNER_TAG, '?')})"
 
 
+def trial_shape(*, workers: str, runner: str) -> dict[str, str]:
+    """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
+    sweeps of the same shape."""
+    return {WORKERS_PER_TRIAL_TAG: workers, TRIAL_RUNNER_TAG: runner}
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeLookup:
+    """What a sweep's estimate can use of the experiment's smoke runs."""
+
+    timings: SmokeTimings | None  # the newest smoke run's of this trial shape; None: none
+    other: SmokeTimings | None  # when none matched: the newest of another shape (said, not used)
+    shape_text: str  # this trial shape, described
+
+
+def smoke_timings(tracking_uri: str, experiment: str, *, workers: str, runner: str) -> SmokeLookup:
+    """The timings of the experiment's newest smoke run of the trial shape ``workers`` x
+    ``runner``, and when there is none the newest of any shape (see :func:`latest_smoke_timings`)."""
+    shape = trial_shape(workers=workers, runner=runner)
+    timings = latest_smoke_timings(tracking_uri, experiment, shape=shape)
+    other = latest_smoke_timings(tracking_uri, experiment) if timings is None else None
+    return SmokeLookup(timings, other, describe_shape(shape))
+
+
 def latest_smoke_timings(
     tracking_uri: str, experiment: str, *, shape: Mapping[str, str] | None = None
 ) -> SmokeTimings | None:

@@ -22,6 +22,7 @@ from tunetrain import space as spaces
 from tunetrain.records import ENDED, SweepOutcome, TrialRecord, TrialStatus, error_headline
 from tunetrain.tracking import schema
 from tunetrain.tracking.recording import Recorder
+from tunetrain.tracking.store import trial_shape
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,12 +55,6 @@ class SweepFacts:
     warm_trials: int = 0
     baseline: Mapping[str, Any] | None = None
     asha_rungs: tuple[Sequence[int], int] | None = None  # the rungs and max_t
-
-
-def trial_shape(*, workers: str, runner: str) -> dict[str, str]:
-    """The tags that say how a trial runs (workers, runner): a smoke run's timings price only
-    sweeps of the same shape."""
-    return {schema.WORKERS_PER_TRIAL_TAG: workers, schema.TRIAL_RUNNER_TAG: runner}
 
 
 def sweep_params_tags(facts: SweepFacts) -> tuple[dict[str, Any], dict[str, Any]]:

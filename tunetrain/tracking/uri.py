@@ -74,6 +74,17 @@ def resolve_tracking_uri(given: str | TrackingURI | None, *, flag: str = "--trac
     return found
 
 
+def store_for_sweep(given: str | TrackingURI | None, *, experiment_name: str | None) -> TrackingURI:
+    """The store a sweep records to, as :func:`resolve_tracking_uri` finds it, checked before
+    Ray starts: a server that does not answer, and (``experiment_name`` given: the sweep
+    records) a store that would refuse the sweep's runs, are errors now."""
+    store = resolve_tracking_uri(given)
+    check_reachable(store)
+    if experiment_name is not None:
+        check_writable(store, experiment_name)
+    return store
+
+
 def check_reachable(tracking: TrackingURI, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """An MLflow server must answer within ``timeout_s`` (any HTTP answer will do); raises
     ExperimentError naming the URI otherwise. Other stores are left to MLflow."""
