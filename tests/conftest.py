@@ -121,6 +121,36 @@ def write_experiment(folder: Path, body: str, name: str = "exp.py") -> Path:
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
+def small_experiment(
+    name: str, *, steps: int, samples: int, step_s: float = 0.0, seed: int = 1, baseline: bool = False, **fields: Any
+) -> str:
+    """The source of the suite's smallest real experiment, which the tests that need only
+    some trials to run share: ``samples`` trials (FIFO, random search) of ``steps`` reports
+    of ``loss = x / (step + 1)``, x uniform in [0, 1], each step sleeping ``step_s`` s (it
+    stands for training); ``fields`` are further Experiment keywords (written as their repr)."""
+    extra = "".join(f"\n    {key}={value!r}," for key, value in fields.items())
+    sleep = f"        time.sleep({step_s})  # stands for a training step\n" if step_s else ""
+    return f"""
+import time
+
+import ray.train
+from ray import tune
+from tunetrain import Experiment, StopRule
+
+
+def loop(config):
+    for step in range({steps}):
+{sleep}        ray.train.report({{"loss": config["x"] / (step + 1)}})
+
+
+experiment = Experiment(
+    name={name!r}, train_loop=loop, metric="loss", mode="min", space={{"x": tune.uniform(0, 1)}},
+    scheduler="fifo", searcher="random", num_samples={samples}, stop=StopRule(max_iterations={steps}), seed={seed},
+    baseline={baseline},{extra}
+)
+"""
+
+
 # A small real sweep that the analysis, plots, report, CLI and notebook tests read back:
 # a log-uniform, a categorical and an integer parameter; ASHA stops some trials; every second
 # step is checkpointed, and a trial that runs all 6 steps is best at step 5 (not checkpointed).

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, write_experiment
+from tests.conftest import run_cli, small_experiment, write_experiment
 from tunetrain import ExperimentError
 from tunetrain.results.analysis import load_sweep
 from tunetrain.sweeps.cost.budget import BudgetGate, parse_budget
@@ -51,30 +51,9 @@ def test_a_gpu_hour_budget_needs_gpu_trials() -> None:
         BudgetGate(parse_budget("1gpu-h"), cpus_per_trial=1, gpus_per_trial=0)
 
 
-SLOW = """
-import time
-
-import ray.train
-from ray import tune
-from tunetrain import Experiment, StopRule
-
-
-def loop(config):
-    for step in range(5):
-        time.sleep(0.4)  # stands for a training step
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="budgeted", train_loop=loop, space={"x": tune.uniform(0, 1)}, metric="loss", mode="min",
-    scheduler="fifo", searcher="random", num_samples=8, stop=StopRule(max_iterations=5), seed=4, baseline=False,
-)
-"""
-
-
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_sweep_over_its_budget_stops_launching_trials_and_records_why(workdir: Path) -> None:
-    path = write_experiment(workdir, SLOW)
+    path = write_experiment(workdir, small_experiment("budgeted", steps=5, samples=8, step_s=0.4, seed=4))
     # 8 trials of about 2 s, 2 at once: about 8 s of work, against a 3 s budget.
     status, out = run_cli("sweep", str(path), "--budget", "3s", "--no-report")
     assert status == 0, out

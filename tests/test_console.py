@@ -10,23 +10,6 @@ import pytest
 from tunetrain.console import LiveView, summary
 from tunetrain.records import SweepOutcome, TrialRecord
 
-TERMINAL = """
-import ray.train
-from ray import tune
-from tunetrain import Experiment, StopRule
-
-
-def loop(config):
-    for step in range(3):
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="terminal", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
-    scheduler="fifo", searcher="random", num_samples=4, stop=StopRule(max_iterations=3), seed=1, baseline=False,
-)
-"""
-
 
 def record(name: str, status: Any, best: float | None, error: str | None = None) -> TrialRecord:
     index = int(name.split("_")[1])
@@ -139,9 +122,9 @@ def test_a_sweep_on_a_terminal_shows_a_progress_bar_with_its_eta(tmp_path: Path)
     import subprocess
     import sys
 
-    from tests.conftest import write_experiment
+    from tests.conftest import small_experiment, write_experiment
 
-    path = write_experiment(tmp_path, TERMINAL)
+    path = write_experiment(tmp_path, small_experiment("terminal", steps=3, samples=4))
     primary, replica = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "tunetrain", "sweep", str(path), "--no-report", "--no-register"],

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import write_experiment
+from tests.conftest import small_experiment, write_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +140,9 @@ def _trials(snapshot: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return by_trial
 
 
+GPU_BUDGETED = small_experiment("gpu_budgeted", steps=5, samples=8, step_s=0.4, seed=4, use_gpu=True)
+
+
 @pytest.mark.usefixtures("fake_gpu_ray")
 @pytest.mark.parametrize(
     ("runner", "workers"),
@@ -215,35 +218,14 @@ def test_the_plan_is_checked_against_this_processes_ray_and_a_gpu_it_can_never_p
         tunetrain.sweep(path, dry_run=True, stream=io.StringIO())
 
 
-BUDGETED = """
-import time
-
-import ray.train
-from ray import tune
-from tunetrain import Experiment, StopRule
-
-
-def loop(config):
-    for step in range(5):
-        time.sleep(0.4)  # stands for a training step
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="gpu_budgeted", train_loop=loop, space={"x": tune.uniform(0, 1)}, metric="loss", mode="min",
-    scheduler="fifo", searcher="random", num_samples=8, stop=StopRule(max_iterations=5), seed=4, baseline=False,
-    use_gpu=True,
-)
-"""
-
-
 @pytest.mark.usefixtures("fake_gpu_ray")
 def test_a_gpu_hour_budget_is_charged_for_the_gpus_trials_hold(workdir: Path) -> None:
     from tests.conftest import run_cli
     from tunetrain.results.analysis import load_sweep
 
     # 8 trials of about 2 s on one GPU each, 2 at once: about 16 GPU-seconds, against 7.2.
-    status, out = run_cli("sweep", str(write_experiment(workdir, BUDGETED)), "--budget", "0.002gpu-h", "--no-report")
+    path = write_experiment(workdir, GPU_BUDGETED)
+    status, out = run_cli("sweep", str(path), "--budget", "0.002gpu-h", "--no-report")
     assert status == 0, out
     sweep = load_sweep(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     launched = len(sweep.runs)
@@ -327,7 +309,7 @@ def test_the_consent_gate_fires_on_a_gpu_sweep_at_its_gpu_default(workdir: Path)
     from tests.conftest import run_cli
 
     # No --confirm-above: a GPU sweep asks above 10gpu-h, and without a terminal it is refused.
-    status, out = run_cli("sweep", str(write_experiment(workdir, BUDGETED)), "--budget", "20gpu-h", "--name", "big")
+    status, out = run_cli("sweep", str(write_experiment(workdir, GPU_BUDGETED)), "--budget", "20gpu-h", "--name", "big")
     assert status == 2, out
     assert "--budget 20gpu-h allows" in out and "10gpu-h" in out and "--yes" in out, out
     assert not (workdir / "tunetrain_results" / "big").exists()  # refused before anything started

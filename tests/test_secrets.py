@@ -15,27 +15,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, write_experiment
+from tests.conftest import run_cli, small_experiment, write_experiment
 from tunetrain.redaction import redact, split_credentials, strip_credentials
 
 SECRET = "s3cr3t-pw"
-EXPERIMENT = """
-import ray.train
-from ray import tune
-from tunetrain import Experiment, StopRule
-
-
-def loop(config):
-    for step in range(2):
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="secret", train_loop=loop, metric="loss", mode="min",
-    space={"x": tune.uniform(0.0, 1.0)},
-    scheduler="fifo", searcher="random", num_samples=2, stop=StopRule(max_iterations=2), seed=1,
-)
-"""
+EXPERIMENT = small_experiment("secret", steps=2, samples=2, baseline=True)
 
 
 def test_redact_masks_user_info_and_secret_query_values() -> None:

@@ -15,30 +15,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import write_experiment
+from tests.conftest import small_experiment, write_experiment
 from tunetrain.cli import main
 from tunetrain.cluster import resolve_address, running_local_ray
 
-SIDE_BY_SIDE = """
-import time
-
-import ray.train
-from ray import tune
-from tunetrain import Experiment, StopRule
-
-
-def loop(config):
-    for step in range(3):
-        time.sleep(0.3)  # the work of one step
-        ray.train.report({"loss": config["x"] / (step + 1)})
-
-
-experiment = Experiment(
-    name="side_by_side", train_loop=loop, metric="loss", mode="min", space={"x": tune.uniform(0, 1)},
-    scheduler="fifo", searcher="random", num_samples=3, stop=StopRule(max_iterations=3), seed=1, baseline=False,
-    resources_per_worker={"CPU": 1},
-)
-"""
+SIDE_BY_SIDE = small_experiment("side_by_side", steps=3, samples=3, step_s=0.3, resources_per_worker={"CPU": 1})
 
 
 def _free_port() -> int:
