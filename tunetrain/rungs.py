@@ -47,8 +47,6 @@ class RungRanking:
 def rung_rankings(values: Sequence[Mapping[int, float]], rungs: Sequence[int], max_t: int) -> list[RungRanking]:
     """One :class:`RungRanking` per pair of consecutive budgets (each rung, then max_t);
     ``values``: each trial's metric at each iteration it reported."""
-    from scipy.stats import spearmanr
-
     out = []
     for low, high in itertools.pairwise([*rungs, max_t]):
         pairs = [
@@ -56,11 +54,18 @@ def rung_rankings(values: Sequence[Mapping[int, float]], rungs: Sequence[int], m
             for v in values
             if low in v and high in v and math.isfinite(v[low]) and math.isfinite(v[high])
         ]
-        rho = None
-        if len(pairs) >= MIN_TRIALS and len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
-            rho = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
-        out.append(RungRanking(low, high, len(pairs), rho))
+        out.append(RungRanking(low, high, len(pairs), rank_correlation(pairs)))
     return out
+
+
+def rank_correlation(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Spearman's rho between the first and second values of ``pairs`` (each trial's value at
+    a lower and a higher budget); None with fewer than MIN_TRIALS pairs or a side all alike."""
+    from scipy.stats import spearmanr
+
+    if len(pairs) < MIN_TRIALS or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return None
+    return float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
 
 
 def summary_lines(rankings: Sequence[RungRanking], *, grace_period: int) -> list[str]:

@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from tunetrain import rungs
 from tunetrain import space as spaces
 from tunetrain.errors import ExperimentError
 from tunetrain.experiment import Experiment
@@ -222,6 +223,8 @@ class FidelityTPESearch(Searcher):
         this searcher's rules present them (values at one budget, or their last values)."""
         view = self._new_study(sampler)
         budget = self._budget(known) if self._fidelity == "rung" else None
+        if budget is not None:
+            budget = _trusted(known, budget)
         trials = [self._as_seen(t, budget) for t in known if t.state != TrialState.FAIL]
         trials += [create_trial(state=TrialState.RUNNING, params=t.params, distributions=self._space) for t in running]
         view.add_trials([t for t in trials if t is not None])
@@ -273,6 +276,32 @@ class FidelityTPESearch(Searcher):
         if self._study is None:
             raise RuntimeError("FidelityTPESearch: Tune has not given the search space yet (set_search_properties).")
         return self._study
+
+
+def _trusted(known: list[FrozenTrial], budget: int, minimum: int = rungs.MIN_TRIALS) -> int:
+    """``budget``, unless its values rank the trials unlike the largest later budget that at
+    least rungs.MIN_TRIALS of them reached (Spearman's rho below rungs.MISLEADS_BELOW, the rung
+    measure the summary prints: tunetrain.rungs); then that later budget.
+
+    Hyper-Tune (Li et al., VLDB 2022) weighs each budget's results by how well they rank
+    configurations as the highest budget does; here the weight is all or nothing. A budget
+    that ranks well is BOHB's, and the model learns from the many trials that reached it; one
+    that misleads gets no weight, and the model learns from the fewer trials that reached the
+    later budget. Under ASHA those are the trials promoted from the lower one, so rho is
+    measured among the leaders, where TPE draws its split."""
+    later: dict[int, list[tuple[float, float]]] = {}
+    for trial in known:
+        values = trial.intermediate_values
+        if budget not in values or not _is_number(values[budget]):
+            continue
+        for step, value in values.items():
+            if step > budget and _is_number(value):
+                later.setdefault(step, []).append((values[budget], value))
+    enough = [step for step, pairs in later.items() if len(pairs) >= minimum]
+    if not enough:
+        return budget
+    rho = rungs.rank_correlation(later[max(enough)])
+    return max(enough) if rho is not None and rho < rungs.MISLEADS_BELOW else budget
 
 
 def _tpe(seed: int) -> optuna.samplers.TPESampler:
