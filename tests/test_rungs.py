@@ -31,3 +31,31 @@ def test_the_summary_names_a_misleading_rung_and_the_later_first_rung_that_trust
     assert lines[1] == "  iteration 1 -> 3: 0.21 (12 trials); 3 -> 9: n/a (4 trials)"
     assert "Rung 1 misleads (rho 0.21)" in lines[2] and "scheduler_options={'grace_period': 3}" in lines[2]
     assert len(summary_lines([RungRanking(1, 3, 12, 0.9)], grace_period=1)) == 2
+
+
+def _trials(curves: list[dict[int, float]]) -> list:
+    import optuna
+
+    return [
+        optuna.trial.create_trial(value=c[max(c)], params={}, distributions={}, intermediate_values=c) for c in curves
+    ]
+
+
+def test_the_model_moves_its_budget_up_only_when_the_budget_misleads() -> None:
+    from tunetrain.algorithms._tpe import _trusted
+
+    # Six trials at budget 1 and 3: step 1 orders them the reverse of step 3 -> fit on 3.
+    reversed_ = _trials([{1: float(i), 3: float(-i)} for i in range(6)] + [{1: 9.0}])
+    assert _trusted(reversed_, 1) == 3
+    # The same order at both -> keep BOHB's budget (more trials reached it).
+    agreeing = _trials([{1: float(i), 3: float(i) + 0.5} for i in range(6)])
+    assert _trusted(agreeing, 1) == 1
+    # Reversed, but only 4 trials reached step 3: too few to measure -> keep the budget.
+    few = _trials([{1: float(i), 3: float(-i)} for i in range(4)] + [{1: 7.0}, {1: 8.0}])
+    assert _trusted(few, 1) == 1
+    # The largest later step with enough pairs is the one compared (9, where the order turns,
+    # not 3, where it holds); NaNs make no pair, so with two at 9 only step 3 is left.
+    deep = _trials([{1: float(i), 3: float(i), 9: float(-i)} for i in range(6)])
+    assert _trusted(deep, 1) == 9
+    deep[0].intermediate_values[9] = deep[1].intermediate_values[9] = float("nan")
+    assert _trusted(deep, 1) == 1
