@@ -25,7 +25,10 @@ value, here at least 2 (d + 1) for d searched dimensions, the size BOHB needs fo
 densities. It is asynchronous, as Syne Tune's ASHA + KDE searcher is (Klein et al., "Model-
 based Asynchronous Hyperparameter and Neural Architecture Search", 2020): each suggestion
 uses every result so far. Trials stopped below that budget are PRUNED at their last
-report (worse than any that reached it), running ones are liars.
+report (worse than any that reached it), running ones are liars. Where that budget's values
+rank the trials unlike the largest later budget that enough of them reached (the rung
+measure of tunetrain.rungs, Hyper-Tune's idea), the model fits on that later budget instead
+(``_trusted``).
 
 Written here rather than by subclassing Ray's OptunaSearch because every decision above is
 in the suggestion and completion paths, which would all have to be replaced, through that
@@ -223,8 +226,6 @@ class FidelityTPESearch(Searcher):
         this searcher's rules present them (values at one budget, or their last values)."""
         view = self._new_study(sampler)
         budget = self._budget(known) if self._fidelity == "rung" else None
-        if budget is not None:
-            budget = _trusted(known, budget)
         trials = [self._as_seen(t, budget) for t in known if t.state != TrialState.FAIL]
         trials += [create_trial(state=TrialState.RUNNING, params=t.params, distributions=self._space) for t in running]
         view.add_trials([t for t in trials if t is not None])
@@ -232,7 +233,8 @@ class FidelityTPESearch(Searcher):
 
     def _budget(self, known: list[FrozenTrial]) -> int | None:
         """BOHB's budget: the largest iteration at which at least 2 (d + 1) trials have a
-        value; else the one at which most have (None: no trial has reported)."""
+        value, else the one at which most have, moved up where it misleads (``_trusted``);
+        None: no trial has reported."""
         counts: dict[int, int] = {}
         for trial in known:
             for step in trial.intermediate_values:
@@ -240,7 +242,7 @@ class FidelityTPESearch(Searcher):
         if not counts:
             return None
         enough = [step for step, n in counts.items() if n >= 2 * (len(self._space) + 1)]
-        return max(enough) if enough else max(counts, key=lambda step: (counts[step], -step))
+        return _trusted(known, max(enough) if enough else max(counts, key=lambda step: (counts[step], -step)))
 
     def _as_seen(self, trial: FrozenTrial, budget: int | None) -> FrozenTrial | None:
         values = trial.intermediate_values
