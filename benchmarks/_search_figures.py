@@ -55,6 +55,32 @@ def reach_fraction(
     return math.inf
 
 
+def _figure(panels: int) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = 2 if panels > 4 else 1
+    columns = math.ceil(panels / rows)
+    return plt.subplots(rows, columns, figsize=(4 * columns, 3.5 * rows), squeeze=False)
+
+
+def _save(fig: Any, axes: Any, k: int, path: Path, xlabel: str) -> None:
+    import matplotlib.pyplot as plt
+
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("median regret")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"Median regret at {k} trials at once (benchmarks/search_quality.py)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot(
     results: list[dict[str, Any]],
     arms: list[str],
@@ -67,14 +93,7 @@ def plot(
 ) -> None:
     """Median regret against wall time (axis 0) or compute (axis 1), one panel a problem;
     ``budget_s``: each problem's budget at k=1."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = 2 if len(problems) > 4 else 1
-    columns = math.ceil(len(problems) / rows)
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.5 * rows), squeeze=False)
+    fig, axes = _figure(len(problems))
     for ax, name in zip(axes.flat, problems, strict=False):
         budget = budget_s[name] / k * (k if axis == 1 else 1)
         xs = [budget * i / 60 for i in range(1, 61)]
@@ -86,13 +105,19 @@ def plot(
                 ax.plot(xs, [max(y, 1e-4) if math.isfinite(y) else float("nan") for y in ys], label=arm)
         ax.set_title(name)
         ax.set_yscale("log")
-    for ax in axes[-1]:
-        ax.set_xlabel("simulated wall time, s" if axis == 0 else "compute, worker-seconds")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("median regret")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"Median regret at {k} trials at once (benchmarks/search_quality.py)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _save(fig, axes, k, path, "simulated wall time, s" if axis == 0 else "compute, worker-seconds")
+
+
+def plot_trials(results: list[dict[str, Any]], arms: list[str], k: int, path: Path, *, problems: list[str]) -> None:
+    """Single-fidelity runs: the median best regret after each trial, one panel a problem."""
+    fig, axes = _figure(len(problems))
+    for ax, name in zip(axes.flat, problems, strict=False):
+        for arm in arms:
+            curves = [r["curve"] for r in _runs(results, problem=name, arm=arm, k=k)]
+            if curves:
+                n = min(len(c) for c in curves)
+                ys = [_median([c[i] for c in curves]) for i in range(n)]
+                ax.plot(range(1, n + 1), [max(y, 1e-6) for y in ys], label=arm)
+        ax.set_title(name)
+        ax.set_yscale("log")
+    _save(fig, axes, k, path, "trials ended")

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c
 import _simulated as sim
 from _search_arms import CURVES, FULL_TRIAL_S, MFH, full_trial_s, make_arm, problem
-from _search_figures import _median, _runs, final, plot, reach_fraction, regret_at, spread
+from _search_figures import _median, _runs, final, plot, plot_trials, reach_fraction, regret_at, spread
 
 # The arms run; "tunetrain auto" is whichever of the two tunetrain searchers auto picks for ASHA
 # (the same runs, relabelled: see _with_auto).
@@ -136,6 +136,8 @@ def main() -> None:
     results, took = _results(jobs, args)
     results = _with_auto(results)
     images = c.REPO / "docs" / "images"
+    if sf_problems and not args.smoke:
+        plot_trials(results, SF_ARMS, 4, images / "search_quality_single_k4.png", problems=sf_problems)
     if tasks:
         if not args.smoke:
             budgets = {t: BUDGET_TRIALS * full_trial_s(t) for t in tasks}
