@@ -136,7 +136,7 @@ def main() -> None:
     results, took = _results(jobs, args)
     results = _with_auto(results)
     images = c.REPO / "docs" / "images"
-    if sf_problems and not args.smoke:
+    if sf_problems and not (args.smoke or args.equal_cost):  # the figure is of the main run's lengths
         plot_trials(results, SF_ARMS, 4, images / "search_quality_single_k4.png", problems=sf_problems)
     if tasks:
         if not args.smoke:
