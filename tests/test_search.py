@@ -1,7 +1,8 @@
 """What the searcher is told and what it suggests, on real sweeps: trials ASHA stopped reach
-Optuna as pruned at their rung; trials side by side get different configurations; exactly
-the configured random start-up trials at 4 at once; the reproducible mode gives the same
-configurations again at 2 at once. And searcher="auto"'s choice, without Ray."""
+Optuna as pruned at their rung; auto is GP on a small numeric space, and its suggestions at
+8 at once all differ. And searcher="auto"'s choice, without Ray. The searcher's policy at
+several trials at once (different configurations, the start-up count, the reproducible
+mode) is tested on the simulated backend: tests/test_search_policy.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from optuna.trial import TrialState
 from tests.conftest import make_experiment, run_cli, write_experiment
 from tests.test_sweep import by_status, sweep_runs
 from tunetrain.algorithms import FidelityTPESearch, resolve_searcher
-from tunetrain.algorithms._tpe import DRAWN_BY
 from tunetrain.errors import ExperimentError
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -101,22 +101,6 @@ def test_trials_asha_stopped_are_pruned_at_their_rung_in_the_study(workdir: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("searcher", ["optuna", "async_bohb"])
-def test_eight_trials_at_once_all_get_different_configurations(
-    workdir: Path, searchers: list[Any], searcher: str
-) -> None:
-    # 8 configurations in the space, 8 trials at once: random draws would repeat one with
-    # probability 1 - 8!/8**8 (99.8 %).
-    space = '{"x": tune.choice([0.1, 0.5]), "k": tune.choice([0, 1, 2, 3])}'
-    path = _experiment(workdir, space=space, concurrent=8, pause=0.2, searcher=f'"{searcher}"')
-    status, out = run_cli("sweep", str(path), "--no-report")
-    assert status == 0, out
-    _, _, children = sweep_runs(workdir, "search")
-    configs = {(r.data.params["x"], r.data.params["k"]) for r in children}
-    assert len(children) == 8 and len(configs) == 8, configs
-
-
-@pytest.mark.slow
 def test_auto_is_gaussian_process_bo_on_a_small_numeric_space_and_its_suggestions_at_once_all_differ(
     workdir: Path,
 ) -> None:
@@ -135,32 +119,6 @@ def test_auto_is_gaussian_process_bo_on_a_small_numeric_space_and_its_suggestion
     assert len(children) == 24 and len(set(xs)) == 24, sorted(xs)
     best = min(children, key=lambda r: r.data.metrics["loss"])
     assert abs(float(best.data.params["x"]) - 0.3) < 0.05  # the model found the minimum at 0.3
-
-
-@pytest.mark.slow
-def test_exactly_the_configured_start_up_trials_are_random_at_four_at_once(workdir: Path, searchers: list[Any]) -> None:
-    path = _experiment(workdir, samples=14, concurrent=4, pause=0.1, options='{"n_startup_trials": 6}')
-    status, out = run_cli("sweep", str(path), "--no-report")
-    assert status == 0, out
-    (searcher,) = searchers
-    drawn = [t.user_attrs[DRAWN_BY] for t in searcher.study.trials]
-    # Ray's OptunaSearch draws at random until 6 trials have ended: 6 plus those started
-    # meanwhile (up to 3 more at 4 at once, Ray issue #52535).
-    assert drawn == ["random"] * 6 + ["model"] * 8, drawn
-
-
-@pytest.mark.slow
-def test_reproducible_search_gives_the_same_configurations_at_two_at_once(workdir: Path, searchers: list[Any]) -> None:
-    # Trials of unequal length (pause from x), so that they end in an order that depends on timing.
-    space = '{"x": tune.uniform(0.0, 1.0), "pause": tune.uniform(0.0, 0.3)}'
-    path = _experiment(
-        workdir, space=space, samples=10, concurrent=2, options='{"n_startup_trials": 3, "reproducible": True}'
-    )
-    for name in ("first", "second"):
-        status, out = run_cli("sweep", str(path), "--no-report", "--name", name)
-        assert status == 0, out
-    first, second = ([t.params for t in s.study.trials] for s in searchers)
-    assert len(first) == 10 and first == second
 
 
 def test_auto_picks_by_scheduler_objectives_and_space() -> None:
