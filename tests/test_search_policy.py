@@ -42,6 +42,7 @@ def _run(
     arm = _search_arms._tunetrain_arm(problem, searcher, seed, at_once, options or {}, trials=trials)
     events = sim.simulate(problem, arm, workers=at_once, wall_s=None, trials=trials)
     assert len({e.trial for e in events}) == trials
+    assert isinstance(arm, sim.RayArm)
     return list(arm.searcher.study.trials)
 
 
