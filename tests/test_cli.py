@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXPERIMENTS, run_cli, write_experiment
+from tests.test_contract import AUTO, checkpointing
+from tunetrain.experiment_checks import SCHEDULERS
 
 DEMO = str(EXPERIMENTS / "mlp_digits.py")
 
@@ -64,6 +66,20 @@ def test_dry_run_prints_the_resolved_plan(bare_workdir: Path) -> None:
     assert "Scheduler: asha" in out and "Searcher: async_bohb (auto: best measured with scheduler 'asha'" in out
     assert "Trials: 3, at most 2 at once" in out
     assert f"sqlite:///{bare_workdir.resolve() / 'mlflow.db'}" in out
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_auto_is_resolved_in_the_plan_to_a_searcher_each_scheduler_pairs_with(
+    bare_workdir: Path, scheduler: str
+) -> None:
+    # The plan resolves "auto" before anything runs, and the run builds the searcher it chose,
+    # so each resolved pairing's real sweep is test_contract's scheduler x that searcher; one
+    # real "auto" sweep there checks the choice and its reason reach the MLflow record.
+    path = checkpointing(bare_workdir, space="tune.uniform(0.0, 1.0)", samples=2, iterations=3)
+    status, out = run_cli("sweep", str(path), "--scheduler", scheduler, "--searcher", "auto", "--dry-run")
+    assert status == 0, out
+    assert f"Scheduler: {scheduler}" in out
+    assert f"Searcher: {AUTO.get(scheduler, 'async_bohb')} (auto: " in out, out
 
 
 def test_pinning_every_dimension_falls_back_to_the_random_searcher() -> None:
