@@ -456,7 +456,9 @@ def test_a_ray_data_loop_reads_its_shards_alike_on_every_runner(
 ) -> None:
     path = write_experiment(tmp_path, RAY_DATA_PARITY)
     recorded = {}
-    for used in (runner, "torch_trainer"):
+    # The values are known without running (every row read once per step, whatever rank read
+    # it); TorchTrainer, Ray Train's own data path, is run beside the 2-worker group only.
+    for used in (runner, "torch_trainer") if workers > 1 else (runner,):
         folder = tmp_path / used
         folder.mkdir()
         monkeypatch.chdir(folder)
@@ -473,11 +475,19 @@ def test_a_ray_data_loop_reads_its_shards_alike_on_every_runner(
             }
             for run in children
         }
-    assert recorded[runner] == recorded["torch_trainer"]
-    for history in recorded[runner].values():
-        # Every step (epoch) read each of the 64 rows once, across the trial's workers.
-        assert history["rows"] == [64.0] * 3 and history["distinct"] == [64.0] * 3
-        assert history["world_size"] == [float(workers)] * 3
+    expected = {
+        str(a): {
+            "loss": [
+                pytest.approx(sum((a * i - 2.0 * i) ** 2 for i in range(64)) / 64 / (step + 1)) for step in range(3)
+            ],
+            # Every step (epoch) read each of the 64 rows once, across the trial's workers.
+            "rows": [64.0] * 3,
+            "distinct": [64.0] * 3,
+            "world_size": [float(workers)] * 3,
+        }
+        for a in (1.0, 3.0)
+    }
+    assert all(histories == expected for histories in recorded.values()), recorded
 
 
 def test_an_error_after_the_parent_run_exists_leaves_nothing_running(
@@ -557,6 +567,8 @@ def test_a_baseline_trial_runs_first_to_its_end_and_the_best_is_judged_against_i
     assert f"best {best['trial']} loss={best['best_loss']:.4g}" in versus and "% better)" in versus
     status, shown = run_cli("show", "b1")
     assert status == 0 and versus in shown
+    if scheduler != "asha":
+        return  # what follows is the same whatever the scheduler and searcher: once
     # --no-baseline: the experiment's trials only. Under --confirm-above (no smoke run, no
     # budget: nothing over it), nothing is asked and the sweep says so on its parent run.
     status, out = run_cli(
