@@ -57,3 +57,19 @@ def test_the_curves_recording_runs_its_two_sweeps_per_problem(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for problem in ("digits", "mnist1d", "chars"):
         assert f"curves_{problem}.json.gz: 8 curves; curves_{problem} " in proc.stdout, proc.stdout
+
+
+def test_the_start_up_rule_ab_runs_and_optunas_rule_makes_rays_draws(tmp_path: Path) -> None:
+    # docs/benchmarks.md section 15 reads "results" (Optuna's start-up rule in tunetrain's TPE)
+    # as Ray's stock OptunaSearch, so that the rule is the whole difference: their columns agree.
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "startup_rule_ab.py"), "--seeds", "3", "--ks", "4"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TUNETRAIN_BENCH_DIR": str(tmp_path / "work")},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith(("| branin", "| hartmann6"))]
+    assert len(rows) == 2, proc.stdout
+    for row in rows:
+        assert row[3] == row[4], row  # results == stock

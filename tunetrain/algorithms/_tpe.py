@@ -12,7 +12,9 @@ configuration twice. This searcher is a Ray Tune ``Searcher`` over an Optuna stu
 - gives TPE the trials still running as RUNNING (its constant liar), so that suggestions
   made at once spread out;
 - draws exactly ``n_startup_trials`` at random (the baseline and warm-start trials count),
-  at any concurrency: a suggestion after them waits until a trial has a result;
+  at any concurrency: a suggestion after them waits until a trial has a result (against
+  Optuna's rule, random until that many trials have a result, it is level or ahead at 4 and
+  8 trials at once on 40 paired seeds: benchmarks/startup_rule_ab.py);
 - never suggests a configuration the sweep already has;
 - optionally (``reproducible=True``) suggests trial *i* from the results of trials
   ``0 .. i-k`` only (k trials at once), the others counted as running, with a seed of its
@@ -202,7 +204,7 @@ class FidelityTPESearch(Searcher):
         if _space_size(self._space) <= len(seen):
             logger.warning("Every configuration of the search space has been suggested; the search ends here.")
             return Searcher.FINISHED
-        if number < self._n_startup:
+        if self._starting(number, known):
             return self._draw(self._view(random, [], []), seen), "random"
         if not any(t.state in _FINISHED or t.intermediate_values for t in known):
             return None  # the model needs a result
@@ -210,6 +212,10 @@ class FidelityTPESearch(Searcher):
         if params is not None:
             return params, "model"
         return self._draw(self._view(random, [], []), seen), "random"  # the model only repeats itself
+
+    def _starting(self, number: int, known: list[FrozenTrial]) -> bool:
+        """Whether suggestion ``number`` is a random start-up draw."""
+        return number < self._n_startup
 
     def _draw(self, view: optuna.Study, seen: set[tuple[Any, ...]], tries: int = 1000) -> Any:
         """A configuration not in ``seen`` drawn from ``view``'s sampler (None after ``tries``
