@@ -16,6 +16,7 @@ import math
 import multiprocessing
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,19 @@ def _job(job: tuple[str, str, int, int]) -> tuple[str, str, int, int, float]:
 
 
 def main(family: str, seeds: int) -> None:
+    compare(family, seeds, _job, "budget_rule_ab")
+
+
+def compare(family: str, seeds: int, job: Callable[[tuple[str, str, int, int]], Any], name: str) -> None:
+    """Run ``job`` for each rule, task, k and seed (2 processes), print the medians and their
+    geometric means, and keep the raw results in /tmp/<name>_<family>.json."""
     from _search_arms import CURVES, MFH
 
     names = CURVES if family == "curves" else MFH
     jobs = [(rule, n, k, s) for n in names for k in CONCURRENCY for s in range(seeds) for rule in RULES]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        results = pool.map(_job, jobs, chunksize=1)
-    Path(f"/tmp/budget_rule_ab_{family}.json").write_text(json.dumps(results))
+        results = pool.map(job, jobs, chunksize=1)
+    Path(f"/tmp/{name}_{family}.json").write_text(json.dumps(results))
     finals: dict[tuple[str, str, int], list[float]] = {}
     for rule, n, k, _, value in results:
         finals.setdefault((rule, n, k), []).append(value)

@@ -141,6 +141,10 @@ def test_asha_stops_trials_exactly_at_its_rungs(workdir: Path) -> None:
             rho = spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
             assert m["rho"] == pytest.approx(rho)
     assert "Early stopping: how each rung ranks the trials" in out and "iteration 1 -> 2: " in out, out
+    # The stops ASHA did not make at a rung while it misled (tunetrain's ASHA), by rung.
+    overruled = json.loads(parent.data.tags["tunetrain.rung_overruled"])
+    assert set(overruled) <= {"1", "2", "4"} and all(n > 0 for n in overruled.values())
+    assert ("went on instead of stopping there" in out) == bool(overruled), out
 
 
 @pytest.mark.slow

@@ -33,6 +33,14 @@ def test_the_summary_names_a_misleading_rung_and_the_later_first_rung_that_trust
     assert len(summary_lines([RungRanking(1, 3, 12, 0.9)], grace_period=1)) == 2
 
 
+def test_the_summary_says_how_many_trials_went_on_past_a_misleading_rung() -> None:
+    lines = summary_lines([RungRanking(1, 3, 12, 0.21)], grace_period=1, overruled={1: 7})
+    assert lines[2] == (
+        "  Rung 1 misled when 7 trials reached it: they went on instead of stopping there "
+        "(scheduler_options={'skip_misleading_rungs': False} stops them as Ray's ASHA does)."
+    )
+
+
 def _trials(curves: list[dict[int, float]]) -> list:
     import optuna
 
@@ -59,3 +67,54 @@ def test_the_model_moves_its_budget_up_only_when_the_budget_misleads() -> None:
     assert _trusted(deep, 1) == 9
     deep[0].intermediate_values[9] = deep[1].intermediate_values[9] = float("nan")
     assert _trusted(deep, 1) == 1
+
+
+class _Trial:
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+        self.last_result: dict = {}
+
+
+@pytest.mark.parametrize(("misleads", "skip"), [(True, True), (False, True), (True, False)])
+def test_asha_stops_no_trial_at_a_rung_that_misleads(misleads: bool, skip: bool) -> None:
+    # Six trials, each better than the last at iteration 1 (so ASHA promotes them all); at
+    # iteration 3 in the reverse order (rung 1 misleads: rho -1) or the same (rho 1). A
+    # seventh, worst at iteration 1, goes on where the rung misleads and is stopped where not,
+    # or where the user asked for Ray's ASHA unchanged (skip_misleading_rungs=False).
+    from ray.tune.schedulers import TrialScheduler
+
+    from tests.conftest import make_experiment
+    from tunetrain.algorithms import build_scheduler
+
+    options = {"max_t": 9, "reduction_factor": 3} | ({} if skip else {"skip_misleading_rungs": False})
+    scheduler = build_scheduler(make_experiment(scheduler="asha", scheduler_options=options))
+
+    def report(trial: _Trial, step: int, loss: float) -> str:
+        decision: str = scheduler.on_trial_result(None, trial, {"loss": loss, "training_iteration": step})
+        trial.last_result = {"loss": loss, "training_iteration": step}
+        return decision
+
+    for i in range(6):
+        trial = _Trial(f"t{i}")
+        scheduler.on_trial_add(None, trial)
+        assert report(trial, 1, -float(i)) == TrialScheduler.CONTINUE
+        report(trial, 2, 0.0)
+        report(trial, 3, float(i) if misleads else -float(i))
+    late = _Trial("late")
+    scheduler.on_trial_add(None, late)
+    decision = report(late, 1, 100.0)
+    if misleads and skip:
+        assert decision == TrialScheduler.CONTINUE and "late" not in scheduler.early_stopped
+        assert scheduler.skipped == {1: pytest.approx(-1.0)} and scheduler.overruled == {1: 1}
+    else:
+        assert decision == TrialScheduler.STOP and scheduler.early_stopped["late"] == 1
+        assert scheduler.skipped == {} and scheduler.overruled == {}
+
+
+def test_skip_misleading_rungs_must_be_true_or_false() -> None:
+    from tests.conftest import make_experiment
+    from tunetrain.algorithms import build_scheduler
+    from tunetrain.errors import ExperimentError
+
+    with pytest.raises(ExperimentError, match=r"skip_misleading_rungs'\] is true or false, but got 'no'"):
+        build_scheduler(make_experiment(scheduler="asha", scheduler_options={"skip_misleading_rungs": "no"}))

@@ -234,6 +234,8 @@ class SweepOutcome:
     # Under ASHA: how well each rung ranked the trials as the next did, and the first rung.
     rung_rankings: list[RungRanking] = dataclasses.field(default_factory=list)
     grace_period: int = 1
+    # Under ASHA: rung -> how many trials went on past it because it misled when they reached it.
+    overruled_stops: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def best(self) -> TrialRecord | None:

@@ -44,6 +44,12 @@ class RungRanking:
         return {"rung": self.rung, "next": self.next, "trials": self.trials, "rho": self.rho}
 
 
+def asha_milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
+    """The iterations at which Ray's AsyncHyperBandScheduler (one bracket) may stop a trial:
+    grace_period * reduction_factor**k below max_t."""
+    return [int(grace_period * reduction_factor**k) for k in range(64) if grace_period * reduction_factor**k < max_t]
+
+
 def rung_rankings(values: Sequence[Mapping[int, float]], rungs: Sequence[int], max_t: int) -> list[RungRanking]:
     """One :class:`RungRanking` per pair of consecutive budgets (each rung, then max_t);
     ``values``: each trial's metric at each iteration it reported."""
@@ -68,15 +74,24 @@ def rank_correlation(pairs: Sequence[tuple[float, float]]) -> float | None:
     return float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
 
 
-def summary_lines(rankings: Sequence[RungRanking], *, grace_period: int) -> list[str]:
-    """The summary's lines on early stopping: every rung's rho, and a warning with the fix
-    when one misleads."""
+def summary_lines(
+    rankings: Sequence[RungRanking], *, grace_period: int, overruled: Mapping[int, int] | None = None
+) -> list[str]:
+    """The summary's lines on early stopping: every rung's rho, the stops ASHA did not make
+    at a rung while it misled (``overruled``: rung -> trials), and a warning with the fix when
+    a rung misleads."""
     if not rankings:
         return []
     lines = [
         "Early stopping: how each rung ranks the trials as the next rung does (Spearman's rho; 1 = the same order):",
         "  iteration " + "; ".join(r.text() for r in rankings),
     ]
+    for rung, trials in sorted((overruled or {}).items()):
+        lines.append(
+            f"  Rung {rung} misled when {trials} trial{'s' if trials != 1 else ''} reached it: "
+            f"{'they' if trials != 1 else 'it'} went on instead of stopping there "
+            "(scheduler_options={'skip_misleading_rungs': False} stops them as Ray's ASHA does)."
+        )
     misleading = [r for r in rankings if r.misleads]
     if misleading:
         first = misleading[0]

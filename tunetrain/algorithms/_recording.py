@@ -1,7 +1,8 @@
-"""Ray Tune's schedulers with bookkeeping added (never a decision of their own): which
-trials a scheduler stopped before they ended, which PBT exploits happened; and the two hooks
-through which the sweep's policy (tunetrain.sweeps.policy) acts: before a launch (the budget)
-and the trial the scheduler must leave alone (the baseline)."""
+"""Ray Tune's schedulers with bookkeeping added (no decision of their own; ASHA's one change,
+a rung that misleads stops no trial, is _rung_trust's): which trials a scheduler stopped
+before they ended, which PBT exploits happened; and the two hooks through which the sweep's
+policy (tunetrain.sweeps.policy) acts: before a launch (the budget) and the trial the
+scheduler must leave alone (the baseline)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ray.tune.schedulers import (
 
 from tunetrain import _internals
 from tunetrain import space as spaces
+from tunetrain.algorithms._rung_trust import SkipsMisleadingRungs
 
 
 class _RecordsDecisions:
@@ -138,8 +140,9 @@ class RecordingFIFO(_RecordsDecisions, FIFOScheduler):
     pass
 
 
-class RecordingASHA(_RecordsDecisions, AsyncHyperBandScheduler):
-    pass
+class RecordingASHA(_RecordsDecisions, SkipsMisleadingRungs, AsyncHyperBandScheduler):
+    """Ray's ASHA, but a rung that misleads stops no trial (SkipsMisleadingRungs decides that:
+    tunetrain.algorithms._rung_trust)."""
 
 
 class RecordingHyperBand(_RecordsDecisions, HyperBandScheduler):

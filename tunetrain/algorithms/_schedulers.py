@@ -14,6 +14,7 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.sample import Categorical, Domain, Float, Integer
 
+from tunetrain import rungs
 from tunetrain import space as spaces
 from tunetrain.algorithms._pairing import check_options
 from tunetrain.algorithms._recording import (
@@ -56,8 +57,7 @@ def asha_rungs(experiment: Experiment) -> tuple[list[int], int] | None:
     options = dict(experiment.scheduler_options)
     max_t = int(options.get("max_t", experiment.stop.max_iterations or DEFAULT_MAX_T))
     grace, rf = int(options.get("grace_period", 1)), float(options.get("reduction_factor", 2))
-    # Ray's AsyncHyperBandScheduler: rungs at grace * rf**k below max_t.
-    return [int(grace * rf**k) for k in range(64) if grace * rf**k < max_t], max_t
+    return rungs.asha_milestones(grace, rf, max_t), max_t
 
 
 def build_scheduler(experiment: Experiment) -> Any:
@@ -70,7 +70,14 @@ def build_scheduler(experiment: Experiment) -> Any:
         check_options("scheduler", name, FIFOScheduler, options)
         return RecordingFIFO(**options)
     if name == "asha":
+        skip = options.pop("skip_misleading_rungs", True)  # tunetrain's own option (_rung_trust)
+        if not isinstance(skip, bool):
+            raise ExperimentError(
+                f"scheduler_options['skip_misleading_rungs'] is true or false, but got {skip!r}.",
+                fix="Use scheduler_options={'skip_misleading_rungs': False} for Ray's ASHA unchanged.",
+            )
         check_options("scheduler", name, AsyncHyperBandScheduler, options)
+        options["skip_misleading_rungs"] = skip
         # ASHA's budget is the stop rule's, so that its last rung is the trial's end.
         options.setdefault("max_t", max_t)
         options.setdefault("grace_period", 1)

@@ -165,7 +165,12 @@ def summary(outcome: SweepOutcome, *, ui_command: str, top_k: int = 5) -> str:
     if (versus := outcome.versus_baseline()) is not None:
         lines.append(versus)
     if any(r.trials for r in outcome.rung_rankings):
-        lines += ["", *rungs.summary_lines(outcome.rung_rankings, grace_period=outcome.grace_period)]
+        lines += [
+            "",
+            *rungs.summary_lines(
+                outcome.rung_rankings, grace_period=outcome.grace_period, overruled=outcome.overruled_stops
+            ),
+        ]
     if len(outcome.objectives) > 1:
         lines.append("")
         names = [f"{metric} ({mode})" for metric, mode in outcome.objectives]

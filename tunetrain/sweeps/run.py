@@ -117,6 +117,7 @@ def run_sweep(
     gate = None
     live = view(metric=exp.primary_metric, mode=exp.primary_mode, total=plan.total_trials, stream=stream)
     callback: SweepCallback | None = None
+    scheduler: Any = None
     # From here on the parent run exists: whatever is raised, the finally closes it.
     try:
         gate = budget_gate(exp, plan.budget)
@@ -162,6 +163,7 @@ def run_sweep(
             stop_reason=gate.reason if gate is not None and gate.refused else "",
             searched=spaces.free_dimensions(exp.space),
             **_early_stopping(exp, records),
+            overruled_stops=dict(getattr(scheduler, "overruled", {})),
         )
         _close_record(plan, outcome, opened, crashed=crashed, stream=stream)
         outcome.sweep_s = time.perf_counter() - started

@@ -57,6 +57,8 @@ BEST_TRIAL_TAG = "tunetrain.best_trial"
 BEST_CONFIG_TAG = "tunetrain.best_config"  # JSON
 # ASHA's rungs ranked against the next: JSON [{"rung", "next", "trials", "rho"}, ...] (tunetrain.rungs)
 RUNG_RANKING_TAG = "tunetrain.rung_ranking"
+# ASHA's stops not made at a rung while it misled: JSON {"<rung>": trials} (algorithms/_rung_trust.py)
+RUNG_OVERRULED_TAG = "tunetrain.rung_overruled"
 BEST_METRIC_PREFIX = "best_"  # metric best_<metric>: one point per session, at step = resumes
 STOP_REASON_TAG = "tunetrain.stop_reason"  # why fewer trials ran than planned (--budget)
 CHECKPOINTS_KEPT_TAG = "tunetrain.checkpoints_kept"

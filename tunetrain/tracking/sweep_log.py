@@ -290,6 +290,8 @@ class SweepLog:
             tags[schema.STOP_REASON_TAG] = outcome.stop_reason
         if outcome.rung_rankings:  # how far ASHA's stops could be trusted (tunetrain.rungs)
             tags[schema.RUNG_RANKING_TAG] = json.dumps([r.as_dict() for r in outcome.rung_rankings])
+            overruled = sorted(outcome.overruled_stops.items())
+            tags[schema.RUNG_OVERRULED_TAG] = json.dumps({str(rung): trials for rung, trials in overruled})
         if disk_measured:
             tags[schema.CHECKPOINTS_KEPT_TAG] = outcome.checkpoints_kept
             tags[schema.CHECKPOINT_BYTES_TAG] = outcome.checkpoint_bytes

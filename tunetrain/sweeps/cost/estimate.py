@@ -10,7 +10,8 @@
 Iterations per trial follow the scheduler: FIFO and PBT run every trial to ``max_t``; ASHA
 keeps 1/reduction_factor of the trials at each rung (the expectation if it stops exactly that
 share; with few trials, or trials one at a time, it compares each with fewer and stops fewer,
-so the estimate also gives the cost if it stops none); median stopping and HyperBand stop
+and at a rung that misleads it stops none (tunetrain.algorithms._rung_trust), so the estimate
+also gives the cost if it stops none); median stopping and HyperBand stop
 some trials by rules that depend on the results, so ``max_t`` is an upper bound there, and
 the estimate says so.
 """
