@@ -59,7 +59,8 @@ class SkipsMisleadingRungs:
         step, value = result.get(self._rung_time_attr), result.get(str(self._rung_metric))
         if not isinstance(step, int | float) or not isinstance(value, int | float) or not math.isfinite(value):
             return decision
-        self._values.setdefault(trial.trial_id, {})[int(step)] = float(value)
+        if int(step) in self._next_budget or int(step) in self._next_budget.values():  # only what is ranked
+            self._values.setdefault(trial.trial_id, {})[int(step)] = float(value)
         if decision == TrialScheduler.STOP and not result.get("done") and self._misleads(int(step)):
             self.overruled[int(step)] = self.overruled.get(int(step), 0) + 1
             return TrialScheduler.CONTINUE
