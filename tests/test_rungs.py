@@ -118,3 +118,19 @@ def test_skip_misleading_rungs_must_be_true_or_false() -> None:
 
     with pytest.raises(ExperimentError, match=r"skip_misleading_rungs'\] is true or false, but got 'no'"):
         build_scheduler(make_experiment(scheduler="asha", scheduler_options={"skip_misleading_rungs": "no"}))
+
+
+@pytest.mark.parametrize(("grace_period", "max_t"), [(2, 2), (1, 1)])
+def test_asha_with_no_rung_below_max_t_is_built_and_stops_at_max_t(grace_period: int, max_t: int) -> None:
+    # grace_period = max_t (gpt2_lr at 2 evaluations): ASHA has no rung, so nothing to rank.
+    from ray.tune.schedulers import TrialScheduler
+
+    from tests.conftest import make_experiment
+    from tunetrain.algorithms import build_scheduler
+
+    options = {"grace_period": grace_period, "max_t": max_t, "reduction_factor": 2}
+    scheduler = build_scheduler(make_experiment(scheduler="asha", scheduler_options=options))
+    trial = _Trial("t")
+    scheduler.on_trial_add(None, trial)
+    assert scheduler.on_trial_result(None, trial, {"loss": 1.0, "training_iteration": max_t}) == TrialScheduler.STOP
+    assert scheduler.overruled == {}

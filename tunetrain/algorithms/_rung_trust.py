@@ -39,10 +39,11 @@ class SkipsMisleadingRungs:
         max_t = int(options.get("max_t", 100))
         milestones = rungs.asha_milestones(grace, rf, max_t)
         # Each rung and the budget it is measured against: the next rung, or max_t. None
-        # when off, or with several brackets (whose rungs are laid out otherwise).
+        # when off, with several brackets (whose rungs are laid out otherwise), or with no
+        # rung below max_t (grace_period = max_t).
         self._next_budget = (
             dict(zip(milestones, [*milestones[1:], max_t], strict=True))
-            if skip_misleading_rungs and int(options.get("brackets", 1)) == 1
+            if milestones and skip_misleading_rungs and int(options.get("brackets", 1)) == 1
             else {}
         )
         self._values: dict[str, dict[int, float]] = {}  # trial id -> iteration -> value
