@@ -46,8 +46,9 @@ def test_every_benchmark_script_runs_and_writes_its_section(tmp_path: Path) -> N
     assert text.count("**Met:") + text.count("**Not met:") >= 14
 
 
-def test_the_curves_recording_runs_its_two_sweeps_per_problem(tmp_path: Path) -> None:
-    # The shipped curves' regeneration command, at 2 epochs of 4 configs (--smoke).
+def test_the_curves_recording_runs_a_sweep_per_problem_and_the_second_seeds(tmp_path: Path) -> None:
+    # The shipped curves' regeneration command, at 2 epochs of 4 configs (--smoke), the second
+    # seed's sweep for the first problem only.
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "record_curves.py"), "--smoke"],
         capture_output=True,
@@ -55,8 +56,9 @@ def test_the_curves_recording_runs_its_two_sweeps_per_problem(tmp_path: Path) ->
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for problem in ("digits", "mnist1d", "chars"):
-        assert f"curves_{problem}.json.gz: 8 curves; curves_{problem} " in proc.stdout, proc.stdout
+    for problem, curves in (("digits", 8), ("mnist1d", 4), ("chars", 4)):
+        assert f"curves_{problem}.json.gz: {curves} curves; curves_{problem} " in proc.stdout, proc.stdout
+    assert "curves_digits_seed1 " in proc.stdout, proc.stdout
 
 
 def test_the_start_up_rule_ab_runs_and_optunas_rule_makes_rays_draws(tmp_path: Path) -> None:
