@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import ANALYSED, REPO, AnalysedSweep, write_experiment
+from tests.conftest import REPO, AnalysedSweep, write_experiment
 
 NOTEBOOK = REPO / "notebooks" / "analyze_sweep.ipynb"
 API_NOTEBOOK = REPO / "notebooks" / "python_api.ipynb"
@@ -56,53 +56,17 @@ def _outputs(notebook: Any) -> tuple[str, list[Any]]:
 
 @pytest.mark.slow
 @pytest.mark.own_ray  # the kernel starts its own Ray
-def test_python_api_notebook_runs_a_sweep_and_analyses_it(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    path = write_experiment(workdir, ANALYSED)
-    monkeypatch.setenv("TUNETRAIN_EXPERIMENT", str(path))
-    monkeypatch.setenv("TUNETRAIN_NUM_SAMPLES", "3")
-    notebook = nbformat.read(API_NOTEBOOK, as_version=4)
-    client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
-    client.execute()  # and the kernel shut down
-    text, images = _outputs(notebook)
-    assert "ok finished" in text, text
-    # The sweep's cell: tunetrain's lines, then one live display updated in place (its last
-    # state saved, in HTML and plain text), then the summary; no status line per update,
-    # nothing wiped (Tune's notebook reporter clears the cell), no widget advice.
-    sweep_cell = next(c for c in notebook.cells if "tunetrain.sweep(" in "".join(c.source))
-    kinds = [o.output_type for o in sweep_cell.outputs]
-    (display,) = [o for o in sweep_cell.outputs if o.output_type == "display_data"]
-    assert display.data["text/plain"].startswith("4/4 trials ended · elapsed "), display.data["text/plain"]
-    assert "<progress value='4' max='4'" in display.data["text/html"] and "<table>" in display.data["text/html"]
-    before = "".join(o.get("text", "") for o in sweep_cell.outputs[: kinds.index("display_data")])
-    assert "Sweep " in before and "Ray: embedded" in before, before
-    assert " trials: " not in text and "IPython.core.display.HTML" not in text and "Missing packages" not in text
-    assert "clear_output" not in kinds
-    # The kernel's shutdown (SIGTERM while Ray shuts down) prints no stack dump.
-    assert "SIGTERM received" not in capfd.readouterr().err
-    assert "best config: {" in text and "best checkpoint: " + os.fspath(workdir / "tunetrain_results") in text, text
-    assert len(images) == 1  # the learning curves
-    from mlflow.tracking import MlflowClient
-
-    client_ = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    recorded = client_.get_experiment_by_name("analysed")
-    assert recorded is not None
-    runs = client_.search_runs([recorded.experiment_id])
-    assert len(runs) == 5 and all(r.info.status == "FINISHED" for r in runs)  # parent, 3 trials and the baseline
-
-
-@pytest.mark.slow
-@pytest.mark.own_ray  # the kernel starts its own Ray
 def test_both_notebooks_run_from_where_jupyter_starts_them_into_the_roots_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import shutil
 
+    from mlflow.tracking import MlflowClient
+
     # The repository's layout (its experiments and notebooks), the kernel in notebooks/ as
     # Jupyter starts it: both notebooks find the root above and use its store, not a second one.
+    # The Python API notebook runs its sweep (of the default experiment, mlp_digits) through
+    # tunetrain.sweep and analyses it; the analysis notebook then finds that sweep.
     (tmp_path / "experiments").mkdir()
     shutil.copy(REPO / "experiments" / "mlp_digits.py", tmp_path / "experiments")
     shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
@@ -111,12 +75,32 @@ def test_both_notebooks_run_from_where_jupyter_starts_them_into_the_roots_store(
     monkeypatch.setenv("TUNETRAIN_NUM_SAMPLES", "2")
     kernel_folder = {"metadata": {"path": str(tmp_path / "notebooks")}}
     api = nbformat.read(tmp_path / "notebooks" / "python_api.ipynb", as_version=4)
-    NotebookClient(api, timeout=600, kernel_name="python3", resources=kernel_folder).execute()
-    text, _ = _outputs(api)
+    NotebookClient(api, timeout=600, kernel_name="python3", resources=kernel_folder).execute()  # then shut down
+    text, images = _outputs(api)
     assert "ok finished" in text, text
-    assert f"best checkpoint: {tmp_path / 'tunetrain_results'}" in text, text
+    # The sweep's cell: tunetrain's lines, then one live display updated in place (its last
+    # state saved, in HTML and plain text), then the summary; no status line per update,
+    # nothing wiped (Tune's notebook reporter clears the cell), no widget advice.
+    sweep_cell = next(c for c in api.cells if "tunetrain.sweep(" in "".join(c.source))
+    kinds = [o.output_type for o in sweep_cell.outputs]
+    (display,) = [o for o in sweep_cell.outputs if o.output_type == "display_data"]
+    assert display.data["text/plain"].startswith("3/3 trials ended · elapsed "), display.data["text/plain"]
+    assert "<progress value='3' max='3'" in display.data["text/html"] and "<table>" in display.data["text/html"]
+    before = "".join(o.get("text", "") for o in sweep_cell.outputs[: kinds.index("display_data")])
+    assert "Sweep " in before and "Ray: embedded" in before, before
+    assert " trials: " not in text and "IPython.core.display.HTML" not in text and "Missing packages" not in text
+    assert "clear_output" not in kinds
+    # The kernel's shutdown (SIGTERM while Ray shuts down) prints no stack dump.
+    assert "SIGTERM received" not in capfd.readouterr().err
+    assert "best config: {" in text and f"best checkpoint: {tmp_path / 'tunetrain_results'}" in text, text
+    assert len(images) == 1  # the learning curves
     assert (tmp_path / "mlflow.db").exists() and not (tmp_path / "notebooks" / "mlflow.db").exists()
     assert not (tmp_path / "notebooks" / "tunetrain_results").exists()
+    recorded_client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    recorded = recorded_client.get_experiment_by_name("mlp_digits")
+    assert recorded is not None
+    runs = recorded_client.search_runs([recorded.experiment_id])
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)  # parent, 2 trials and the baseline
     analysis = nbformat.read(tmp_path / "notebooks" / "analyze_sweep.ipynb", as_version=4)
     NotebookClient(analysis, timeout=300, kernel_name="python3", resources=kernel_folder).execute()
     text, images = _outputs(analysis)
