@@ -111,7 +111,7 @@ def loop(config):
 experiment = Experiment(
     name="hung", train_loop=loop, metric="loss", mode="min",
     space={"x": tune.grid_search([0.75, 0.25])}, workers_per_trial=WORKERS,
-    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=5, max_trial_seconds=15),
+    scheduler="fifo", searcher="random", num_samples=1, stop=StopRule(max_iterations=5, max_trial_seconds=8),
     seed=1, baseline=False,
 )
 """
@@ -129,6 +129,6 @@ def test_a_trial_that_stops_reporting_ends_timed_out_and_the_sweep_goes_on(workd
     hung, fine = trials["trial_0000"], trials["trial_0001"]
     assert hung.data.tags["tunetrain.status"] == "timed_out" and hung.info.status == "FAILED"
     error = hung.data.tags["tunetrain.error"]
-    assert error.startswith("timed out: no report for") and "after 1 iteration(s), past max_trial_seconds=15" in error
+    assert error.startswith("timed out: no report for") and "after 1 iteration(s), past max_trial_seconds=8" in error
     assert fine.data.tags["tunetrain.status"] == "completed" and fine.info.status == "FINISHED"
     assert parent.info.status == "FINISHED" and parent.data.tags["tunetrain.trials.timed_out"] == "1"
