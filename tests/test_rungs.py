@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tunetrain.rungs import RungRanking, rung_rankings, summary_lines
+from tunetrain.rungs import RungRanking, asha_milestones, rung_rankings, summary_lines
 
 
 def test_each_rung_is_ranked_against_the_next_over_the_trials_at_both() -> None:
@@ -134,3 +134,35 @@ def test_asha_with_no_rung_below_max_t_is_built_and_stops_at_max_t(grace_period:
     scheduler.on_trial_add(None, trial)
     assert scheduler.on_trial_result(None, trial, {"loss": 1.0, "training_iteration": max_t}) == TrialScheduler.STOP
     assert scheduler.overruled == {}
+
+
+def _rays_decisions(grace: int, rf: float, max_t: int) -> list[int]:
+    """The iterations below max_t at which Ray's own ASHA decides a trial, found through its
+    public interface: a second trial, better than the first everywhere but at iteration j,
+    is stopped exactly when j is one (a fresh scheduler per j)."""
+    from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
+
+    class Trial:
+        def __init__(self, trial_id: str) -> None:
+            self.trial_id, self.config = trial_id, {}
+
+    found = []
+    for j in range(1, max_t):
+        asha = AsyncHyperBandScheduler(metric="loss", mode="min", grace_period=grace, reduction_factor=rf, max_t=max_t)
+        first, second = Trial("a"), Trial("b")
+        for trial in (first, second):
+            asha.on_trial_add(None, trial)
+        for it in range(1, max_t + 1):
+            asha.on_trial_result(None, first, {"training_iteration": it, "loss": 1.0})
+        for it in range(1, j + 1):
+            decision = asha.on_trial_result(None, second, {"training_iteration": it, "loss": 0.5 if it < j else 2.0})
+        if decision == TrialScheduler.STOP:
+            found.append(j)
+    return found
+
+
+@pytest.mark.parametrize(("grace", "rf", "max_t"), [(1, 2, 8), (3, 3, 30), (1, 1.5, 10), (2, 1.5, 12), (1, 1.2, 6)])
+def test_the_rungs_are_the_iterations_where_rays_asha_decides(grace: int, rf: float, max_t: int) -> None:
+    # Before: a rung's integer part (1, 1, 2, 3, 5, 7 for 1.5 from 1), where Ray decides at
+    # none of 1.5, 2.25, ...: the rung check never saw a decision, and the rung tags were off.
+    assert asha_milestones(grace, rf, max_t) == _rays_decisions(grace, rf, max_t)

@@ -45,9 +45,20 @@ class RungRanking:
 
 
 def asha_milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
-    """The iterations at which Ray's AsyncHyperBandScheduler (one bracket) may stop a trial:
-    grace_period * reduction_factor**k below max_t."""
-    return [int(grace_period * reduction_factor**k) for k in range(64) if grace_period * reduction_factor**k < max_t]
+    """The iterations below max_t at which Ray's AsyncHyperBandScheduler (one bracket) may
+    stop a trial. Its rungs are grace_period * reduction_factor**k, floats, and a trial is
+    decided at the first iteration at or past one (``iteration >= rung``), at most once per
+    iteration: the rungs rounded up, each once. A reduction factor of 1.5 from 1 decides at
+    1, 2, 3, 4, 6, 8 (rungs 1, 1.5, 2.25, 3.4, 5.1, 7.6), not at their integer parts."""
+    out: list[int] = []
+    for k in range(64):
+        rung = grace_period * reduction_factor**k
+        if rung >= max_t:
+            break
+        at = math.ceil(rung)
+        if at < max_t and at not in out:
+            out.append(at)
+    return out
 
 
 def rung_rankings(values: Sequence[Mapping[int, float]], rungs: Sequence[int], max_t: int) -> list[RungRanking]:
