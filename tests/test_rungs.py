@@ -144,16 +144,12 @@ def _rays_decisions(grace: int, rf: float, max_t: int) -> list[int]:
     is stopped exactly when j is one (a fresh scheduler per j)."""
     from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-    class Trial:  # what ASHA reads of Tune's trial
-        def __init__(self, trial_id: str) -> None:
-            self.trial_id, self.config = trial_id, dict[str, Any]()
-
     found = []
     for j in range(1, max_t):
         asha: Any = AsyncHyperBandScheduler(
             metric="loss", mode="min", grace_period=grace, reduction_factor=rf, max_t=max_t
         )
-        first, second = Trial("a"), Trial("b")
+        first, second = _Trial("a"), _Trial("b")
         for trial in (first, second):
             asha.on_trial_add(None, trial)
         for it in range(1, max_t + 1):
